@@ -1,0 +1,64 @@
+# servebench: `make run` runs the nightly DAG end to end on the local default;
+# `make test` runs the whole test suite. Everything else is a step of those two.
+SHELL := /bin/bash
+ROOT := $(abspath .)
+PYTHON ?= python3
+VENV := $(ROOT)/.venv
+BIN := $(VENV)/bin
+STACKS_VENV ?= $(ROOT)/.venv-stacks
+export SERVEBENCH_CACHE ?= $(HOME)/.cache/servebench
+LLAMA_CPP_PYTHON_VERSION := 0.3.36
+LLAMA_BIN := $(SERVEBENCH_CACHE)/llama.cpp-$(LLAMA_CPP_PYTHON_VERSION)/build/bin
+MODELS := $(ROOT)/build/models
+GGUFS := $(addprefix $(MODELS)/adder-3m-,f16.gguf q8_0.gguf q4_k_m.gguf q2_k.gguf)
+
+# Airflow runs from a project-local home: SQLite, no examples, dags/ as the dags folder.
+export AIRFLOW_HOME := $(ROOT)/.airflow
+export AIRFLOW__CORE__DAGS_FOLDER := $(ROOT)/dags
+export AIRFLOW__CORE__LOAD_EXAMPLES := False
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN := sqlite:///$(ROOT)/.airflow/airflow.db
+export AIRFLOW__CORE__UNIT_TEST_MODE := False
+export SERVEBENCH_LLAMA_BIN := $(LLAMA_BIN)
+export SERVEBENCH_STACKS_VENV := $(STACKS_VENV)
+export STACKS_VENV
+
+.PHONY: run test setup venv stacks llama models airflow-db unit clean
+run: setup airflow-db
+	$(BIN)/airflow dags test nightly_benchmark
+	$(BIN)/servebench summary --latest
+
+test: setup airflow-db
+	$(BIN)/python -m pytest
+
+unit: venv
+	$(BIN)/python -m pytest tests/unit tests/dags
+
+setup: venv stacks llama models
+
+venv: $(VENV)/.stamp
+$(VENV)/.stamp: requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --quiet --no-deps -e .
+	touch $@
+
+stacks:
+	scripts/setup_stacks_venv.sh
+
+llama:
+	scripts/build_llama_cpp.sh
+
+models: stacks llama
+	$(STACKS_VENV)/bin/python scripts/build_local_model.py --llama-bin $(LLAMA_BIN) --out $(MODELS)
+
+airflow-db: venv
+	mkdir -p $(AIRFLOW_HOME)
+	$(BIN)/airflow db migrate > $(AIRFLOW_HOME)/migrate.log 2>&1 || (tail -20 $(AIRFLOW_HOME)/migrate.log; exit 1)
+
+# retrain the committed checkpoint (deterministic, ~2 min on 2 cores)
+train: stacks
+	$(STACKS_VENV)/bin/python scripts/train_local_model.py
+
+clean:
+	rm -rf build .airflow data

@@ -1,0 +1,1 @@
+"""servebench: nightly benchmarks of LLM serving stacks."""

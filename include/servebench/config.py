@@ -1,0 +1,214 @@
+"""The sweep spec: what the user writes in ``include/sweeps/*.yaml``, as pydantic models.
+
+One sampling spec per sweep (applied to every stack and to the golden-set eval), workloads,
+load points, SLOs and price, and the targets with their variants. ``load_sweep`` validates a
+file and raises :class:`SpecError` naming the file and the field, before anything launches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class SpecError(ValueError):
+    """A sweep spec is invalid; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SamplingSpec(_Strict):
+    """Sent explicitly to every stack: no engine default is ever relied on."""
+
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0, description="0 disables top-k")
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0.0)
+    seed: int = 1234
+
+    def spec_hash(self) -> str:
+        """Stable hash of the sampling spec, stored on every row for comparability."""
+        payload = json.dumps(self.model_dump(), sort_keys=True).encode()
+        return hashlib.sha256(payload).hexdigest()[:16]
+
+
+class SLOSpec(_Strict):
+    """Service-level objectives for goodput (DistServe): a request counts if it meets all."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+
+
+class FixedWorkload(_Strict):
+    """Prompts of exactly ``input_tokens`` tokens; exactly ``output_tokens`` generated."""
+
+    kind: Literal["fixed"]
+    name: str
+    input_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+    num_requests: int = Field(gt=0)
+
+
+class SharedPrefixWorkload(_Strict):
+    """``num_prefixes`` shared prefixes x distinct suffixes: exercises prefix caching."""
+
+    kind: Literal["shared_prefix"]
+    name: str
+    prefix_tokens: int = Field(gt=0)
+    suffix_tokens: int = Field(gt=0)
+    num_prefixes: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+    num_requests: int = Field(gt=0)
+
+
+Workload = Annotated[FixedWorkload | SharedPrefixWorkload, Field(discriminator="kind")]
+
+
+class LoadPoints(_Strict):
+    """Closed-loop load points: each concurrency is one cell per workload."""
+
+    concurrency: list[Annotated[int, Field(gt=0)]] = Field(min_length=1)
+    warmup_requests: int = Field(2, ge=0)
+    request_timeout_s: float = Field(120.0, gt=0)
+
+
+class GoldenSetRef(_Strict):
+    """A golden set (JSONL) and how many tokens its answers may take."""
+
+    name: str
+    path: str = Field(description="JSONL path, relative to the project root")
+    max_tokens: int = Field(16, gt=0)
+    concurrency: int = Field(4, gt=0)
+
+
+class VariantSpec(_Strict):
+    """One way of serving a target's model; shared by every stack adapter."""
+
+    name: str
+    model: str = Field(description="model file or directory (local stacks) or hub id")
+    revision: str | None = None
+    quant: str = Field("none", description="f16, bf16, fp8, awq, gptq, q8_0, q4_k_m, ...")
+    dtype: str | None = None
+    max_num_seqs: int = Field(4, gt=0, description="concurrent sequences (llama.cpp -np)")
+    max_model_len: int = Field(4096, gt=0)
+    prefix_caching: bool = True
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class TargetSpec(_Strict):
+    """A model served by one stack, in one or more variants; ``baseline`` is the reference."""
+
+    name: str
+    stack: str
+    variants: list[VariantSpec] = Field(min_length=1)
+    baseline: str | None = None
+    golden_sets: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check_variants(self) -> TargetSpec:
+        names = [v.name for v in self.variants]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate variant names {dupes}")
+        if self.baseline is not None and self.baseline not in names:
+            raise ValueError(f"baseline {self.baseline!r} is not one of the variants {names}")
+        return self
+
+
+class SweepSpec(_Strict):
+    """A whole sweep: every target x variant x workload x load point, one sampling spec."""
+
+    name: str
+    description: str = ""
+    sampling: SamplingSpec = SamplingSpec()
+    slos: SLOSpec = SLOSpec()
+    price_per_hour: float = Field(ge=0, description="USD per hour of the serving host")
+    workloads: list[Workload] = Field(min_length=1)
+    load: LoadPoints
+    golden_sets: list[GoldenSetRef] = Field(default_factory=list)
+    targets: list[TargetSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check_references(self) -> SweepSpec:
+        for kind, names in (
+            ("workload", [w.name for w in self.workloads]),
+            ("target", [t.name for t in self.targets]),
+            ("golden set", [g.name for g in self.golden_sets]),
+        ):
+            dupes = sorted({n for n in names if names.count(n) > 1})
+            if dupes:
+                raise ValueError(f"duplicate {kind} names {dupes}")
+        known = {g.name for g in self.golden_sets}
+        for target in self.targets:
+            missing = [g for g in target.golden_sets if g not in known]
+            if missing:
+                raise ValueError(
+                    f"target {target.name!r} names golden sets {missing} that the sweep does not "
+                    f"define (defined: {sorted(known)})"
+                )
+        return self
+
+    def spec_hash(self) -> str:
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        return hashlib.sha256(payload).hexdigest()[:16]
+
+    def golden_set(self, name: str) -> GoldenSetRef:
+        return next(g for g in self.golden_sets if g.name == name)
+
+    def target(self, name: str) -> TargetSpec:
+        return next(t for t in self.targets if t.name == name)
+
+
+def _field_path(loc: tuple, data: object) -> str:
+    """Turn a pydantic error location into ``targets[0](name=x).variants[1].quant``."""
+    parts: list[str] = []
+    node = data
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node):
+                node = node[item]
+                if isinstance(node, dict) and "name" in node:
+                    label += f"(name={node['name']})"
+            parts.append(label)
+        else:
+            # discriminated unions put the tag ('fixed') in the location: it is no field
+            if isinstance(node, dict) and node.get("kind") == item and item not in node:
+                continue
+            node = node.get(item) if isinstance(node, dict) else None
+            parts.append(("." if parts else "") + str(item))
+    return "".join(parts) or "<root>"
+
+
+def parse_sweep(data: object, source: str) -> SweepSpec:
+    """Validate a loaded YAML/JSON document; errors name ``source`` and every bad field."""
+    try:
+        return SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{source}: invalid sweep spec ({exc.error_count()} error(s))"]
+        for err in exc.errors():
+            lines.append(f"  {source}: field {_field_path(err['loc'], data)}: {err['msg']}")
+        raise SpecError("\n".join(lines)) from None
+
+
+def load_sweep(path: str | Path) -> SweepSpec:
+    """Read and validate a sweep spec file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError(f"{path}: cannot read sweep spec: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"{path}: not valid YAML: {exc}") from None
+    return parse_sweep(data, str(path))

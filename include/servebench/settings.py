@@ -1,0 +1,56 @@
+"""Where things live, from the environment (``SERVEBENCH_*``), with local defaults.
+
+Secrets (Slack token, S3 keys, API keys) are never settings fields that get logged: they are
+read where used, from an Airflow connection or the environment.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+LLAMA_CPP_VERSION = "0.3.36"  # llama-cpp-python sdist whose vendored llama.cpp we build
+
+
+def _cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "servebench"
+
+
+class Settings(BaseSettings):
+    """Runtime settings; every field can be set as ``SERVEBENCH_<FIELD>``."""
+
+    model_config = SettingsConfigDict(env_prefix="SERVEBENCH_", extra="ignore")
+
+    project_root: Path = Field(PROJECT_ROOT, description="root that relative spec paths use")
+    sweep: str = Field("include/sweeps/local.yaml", description="default sweep spec")
+    results_uri: str = Field(
+        str(PROJECT_ROOT / "data"), description="local folder or s3://bucket/prefix"
+    )
+    s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint (MinIO)")
+    work_dir: Path = Field(
+        PROJECT_ROOT / "build" / "runs", description="server logs and pid files per run"
+    )
+    llama_bin: Path = Field(
+        _cache_dir() / f"llama.cpp-{LLAMA_CPP_VERSION}" / "build" / "bin",
+        description="folder with llama-server and llama-quantize",
+    )
+    stacks_venv: Path = Field(
+        PROJECT_ROOT / ".venv-stacks", description="venv with transformers serve (CPU torch)"
+    )
+    slack_channel: str = Field("#servebench", description="channel for the digest")
+    slack_conn_id: str = Field("slack_api_default", description="Airflow Slack connection")
+    health_timeout_s: float = Field(300.0, gt=0)
+
+    def resolve(self, path: str | Path) -> Path:
+        """A spec path made absolute against the project root."""
+        p = Path(path)
+        return p if p.is_absolute() else self.project_root / p
+
+
+def get_settings() -> Settings:
+    return Settings()

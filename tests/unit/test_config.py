@@ -1,0 +1,77 @@
+"""The sweep spec: the shipped specs validate; bad specs fail naming file and field."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servebench.config import SpecError, load_sweep, parse_sweep
+
+ROOT = Path(__file__).resolve().parents[2]
+SWEEPS = sorted((ROOT / "include" / "sweeps").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
+def test_shipped_sweeps_validate(path):
+    spec = load_sweep(path)
+    assert spec.targets and spec.workloads
+
+
+def _local() -> dict:
+    return yaml.safe_load((ROOT / "include" / "sweeps" / "local.yaml").read_text())
+
+
+def test_error_names_file_and_nested_field():
+    data = _local()
+    data["targets"][0]["variants"][1]["max_num_seqs"] = 0
+    with pytest.raises(SpecError) as err:
+        parse_sweep(data, "sweeps/bad.yaml")
+    msg = str(err.value)
+    assert "sweeps/bad.yaml" in msg
+    assert "targets[0](name=adder-llamacpp).variants[1](name=q8_0).max_num_seqs" in msg
+
+
+def test_workload_union_error_names_the_field_not_the_tag():
+    data = _local()
+    data["workloads"][0]["input_tokens"] = -1
+    with pytest.raises(SpecError, match=r"workloads\[0\]\(name=fixed-64x32\)\.input_tokens"):
+        parse_sweep(data, "x.yaml")
+
+
+def test_unknown_field_is_rejected():
+    data = _local()
+    data["sampling"]["temprature"] = 0.5
+    with pytest.raises(SpecError, match=r"sampling\.temprature.*Extra inputs"):
+        parse_sweep(data, "x.yaml")
+
+
+def test_baseline_must_be_a_variant():
+    data = _local()
+    data["targets"][0]["baseline"] = "bf16"
+    with pytest.raises(SpecError, match="baseline 'bf16' is not one of the variants"):
+        parse_sweep(data, "x.yaml")
+
+
+def test_golden_set_reference_must_exist():
+    data = _local()
+    data["targets"][1]["golden_sets"] = ["trivia"]
+    with pytest.raises(SpecError, match=r"golden sets \['trivia'\]"):
+        parse_sweep(data, "x.yaml")
+
+
+def test_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(SpecError, match="cannot read sweep spec"):
+        load_sweep(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("targets: [\n")
+    with pytest.raises(SpecError, match=r"bad\.yaml: not valid YAML"):
+        load_sweep(bad)
+
+
+def test_sampling_hash_is_stable_and_sensitive():
+    a = parse_sweep(_local(), "a").sampling
+    data = _local()
+    data["sampling"]["top_p"] = 0.9
+    b = parse_sweep(data, "b").sampling
+    assert a.spec_hash() == parse_sweep(_local(), "c").sampling.spec_hash()
+    assert a.spec_hash() != b.spec_hash()
