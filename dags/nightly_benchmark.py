@@ -1,0 +1,84 @@
+"""Nightly benchmark of the serving stacks named in a sweep spec.
+
+plan -> provision (setup) -> bench every (target, variant) -> teardown (always)
+-> publish Parquet -> digest. The logic lives in ``servebench.pipeline``; this file wires it.
+Trigger with ``{"sweep": "include/sweeps/<name>.yaml"}`` to run another sweep.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import Param, dag, get_current_context, setup, task, teardown
+
+DEFAULT_SWEEP = "include/sweeps/local.yaml"
+
+
+@dag(
+    dag_id="nightly_benchmark",
+    schedule="0 2 * * *",  # 02:00 UTC: results and digest are ready before the team's morning
+    start_date=datetime(2026, 1, 1),
+    catchup=False,  # a missed night is not worth a backfill of GPU hours
+    max_active_runs=1,  # two runs on the same hosts would measure each other
+    tags=["servebench", "nightly", "benchmark"],
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
+    params={"sweep": Param(DEFAULT_SWEEP, type="string", description="sweep spec path")},
+    doc_md=__doc__,
+)
+def nightly_benchmark():
+    @task(retries=0)  # a bad spec does not fix itself on retry
+    def plan(params=None, dag_run=None) -> dict:
+        from servebench.pipeline import plan_run
+
+        logical = get_current_context().get("logical_date") or dag_run.run_after
+        return plan_run(params["sweep"], run_date=logical.date())
+
+    @task
+    def units(plan: dict) -> list[dict]:
+        return plan["units"]  # one mapped bench task per (target, variant)
+
+    @setup
+    def provision(run_id=None) -> dict:
+        from servebench.pipeline import provision as provision_hosts
+
+        return provision_hosts(run_id)
+
+    # one variant at a time: cells on a shared host must not measure each other
+    @task(max_active_tis_per_dag=1, execution_timeout=timedelta(hours=2))
+    def bench(unit: dict, plan: dict, provisioned: dict, run_id=None) -> dict:
+        from servebench.pipeline import bench_unit
+
+        return bench_unit(plan, unit, provisioned, run_id)
+
+    @teardown
+    def release(provisioned: dict | None, run_id=None) -> list:
+        from servebench.pipeline import teardown as teardown_hosts
+
+        return teardown_hosts(provisioned, run_id)
+
+    # all_done: a unit that crashed becomes failed cells with a reason, never a missing row
+    @task(trigger_rule="all_done")
+    def publish(plan: dict, run_id=None, dag_run=None) -> dict:
+        from servebench.pipeline import aggregate_and_publish
+
+        logical = get_current_context().get("logical_date") or dag_run.run_after
+        return aggregate_and_publish(plan, run_id, logical, dag_run.dag_id,
+                                     started_at=dag_run.start_date)
+
+    @task
+    def digest(summary: dict) -> str:
+        from servebench.pipeline import send_digest
+
+        return send_digest(summary)
+
+    planned = plan()
+    hosts = provision()
+    planned >> hosts  # nothing is provisioned for a sweep that fails to plan
+    benched = bench.partial(plan=planned, provisioned=hosts).expand(unit=units(planned))
+    benched >> release(hosts)  # the argument links the teardown to its setup
+    published = publish(planned)
+    benched >> published
+    digest(published)
+
+
+nightly_benchmark()

@@ -1,0 +1,69 @@
+"""``servebench`` command line: validate a sweep, print a run's summary."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from servebench.config import SpecError
+from servebench.notify.digest import summary_table
+from servebench.settings import get_settings
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from servebench.pipeline import plan_run
+
+    try:
+        plan = plan_run(args.sweep)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    print(f"{plan['sweep_file']}: {len(plan['units'])} units OK")
+    for unit in plan["units"]:
+        print(f"  {unit['stack']:<14} {unit['unit_id']}")
+    return 0
+
+
+def _summary(args: argparse.Namespace) -> int:
+    from servebench.pipeline import open_store
+
+    settings = get_settings()
+    store = open_store(settings)
+    runs = store.read_table("runs").to_pandas()
+    if runs.empty:
+        print(f"no committed runs under {settings.results_uri}", file=sys.stderr)
+        return 1
+    if args.run_id:
+        run_id = args.run_id
+    else:
+        run_id = runs.sort_values("finished_at").iloc[-1]["run_id"]
+    cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
+    run = runs[runs["run_id"] == run_id].iloc[0]
+    print(f"run {run_id}  sweep {run['sweep_name']}  git {str(run['suite_git_sha'])[:10]}")
+    print(f"hardware: {run['hardware']}")
+    print(summary_table(cells))
+    print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
+    print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals)")
+    digests = store.find(f"digests/date={run['run_date']}")
+    if digests:
+        print("digest: " + ", ".join(digests))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="servebench", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="validate a sweep spec and list its units")
+    plan.add_argument("sweep", nargs="?", default=None)
+    plan.set_defaults(fn=_plan)
+    summary = sub.add_parser("summary", help="print the summary table of a run")
+    group = summary.add_mutually_exclusive_group()
+    group.add_argument("--run-id")
+    group.add_argument("--latest", action="store_true", help="the newest committed run")
+    summary.set_defaults(fn=_summary)
+    args = parser.parse_args(argv)
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

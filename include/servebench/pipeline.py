@@ -1,0 +1,226 @@
+"""The steps of a nightly run, one function per DAG task; the DAG file only wires them.
+
+plan -> provision (setup) -> bench one unit per (target, variant) -> teardown (always)
+-> aggregate + publish -> digest. Steps exchange small JSON dicts (XCom); bulky rows go
+through the result store's scratch area so any worker can pick them up.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+from pathlib import Path
+
+import pyarrow as pa
+
+from servebench.config import SpecError, SweepSpec, load_sweep
+from servebench.evals.golden import GoldenSetError, load_golden_set
+from servebench.notify.digest import render_digest
+from servebench.notify.slack import post_digest
+from servebench.provenance import hardware, suite_git_sha
+from servebench.provision.local import LocalProvisioner
+from servebench.results.schema import rows_to_table
+from servebench.results.store import ResultStore, encode_run_id
+from servebench.runner import VariantRunner, cell_id, unit_id
+from servebench.settings import Settings, get_settings
+from servebench.stacks.base import get_stack
+
+log = logging.getLogger(__name__)
+TABLES = ("cells", "requests", "evals")
+
+
+class PlanError(SpecError):
+    """The sweep cannot run as written; raised before anything is provisioned."""
+
+
+def open_store(settings: Settings) -> ResultStore:
+    return ResultStore(settings.results_uri, endpoint_override=settings.s3_endpoint_url)
+
+
+# -- plan ------------------------------------------------------------------------------------
+def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
+             settings: Settings | None = None) -> dict:
+    """Validate the sweep and everything it names; expand it to units of work.
+
+    ``run_date`` (the logical date's day, UTC) partitions every row of the run.
+    """
+    settings = settings or get_settings()
+    path = settings.resolve(sweep or settings.sweep)
+    spec = load_sweep(path)
+    problems = []
+    for t_idx, target in enumerate(spec.targets):
+        where = f"{path}: field targets[{t_idx}](name={target.name})"
+        try:
+            adapter = get_stack(target.stack)
+        except KeyError as exc:
+            problems.append(f"{where}.stack: {exc.args[0]}")
+            continue
+        for v_idx, variant in enumerate(target.variants):
+            for problem in adapter.check(variant, settings):
+                problems.append(
+                    f"{where}.variants[{v_idx}](name={variant.name}): {target.stack}: {problem}"
+                )
+    for g_idx, ref in enumerate(spec.golden_sets):
+        try:
+            load_golden_set(settings.resolve(ref.path))
+        except GoldenSetError as exc:
+            problems.append(f"{path}: field golden_sets[{g_idx}](name={ref.name}).path: {exc}")
+    if problems:
+        raise PlanError(f"{path}: sweep cannot run:\n  " + "\n  ".join(problems))
+    units = [
+        {"target": t.name, "variant": v.name, "stack": t.stack, "unit_id": unit_id(t.name, v.name)}
+        for t in spec.targets
+        for v in t.variants
+    ]
+    n_cells = len(units) * len(spec.workloads) * len(spec.load.concurrency)
+    log.info("plan: %d units, %d cells from %s", len(units), n_cells, path)
+    return {
+        "sweep_file": str(path),
+        "run_date": (run_date or dt.datetime.now(dt.UTC).date()).isoformat(),
+        "spec": spec.model_dump(mode="json"),
+        "sweep_hash": spec.spec_hash(),
+        "sampling_hash": spec.sampling.spec_hash(),
+        "units": units,
+    }
+
+
+# -- provision / teardown --------------------------------------------------------------------
+def _state_dir(run_id: str, settings: Settings) -> Path:
+    return settings.work_dir / encode_run_id(run_id)
+
+
+def provision(run_id: str, settings: Settings | None = None) -> dict:
+    """Local provisioner: a state folder that records every server this run starts."""
+    settings = settings or get_settings()
+    state = _state_dir(run_id, settings)
+    LocalProvisioner(state)  # creates the folder
+    return {"kind": "local", "state_dir": str(state), "host": "127.0.0.1"}
+
+
+def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = None) -> list:
+    """Stop every server the run left running; works without the setup task's output."""
+    settings = settings or get_settings()
+    state = Path(provisioned["state_dir"]) if provisioned else _state_dir(run_id, settings)
+    if not state.exists():
+        return []
+    reaped = LocalProvisioner(state).reap()
+    if reaped:
+        log.warning("teardown stopped leaked servers: %s", reaped)
+    return reaped
+
+
+# -- bench -----------------------------------------------------------------------------------
+def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
+               settings: Settings | None = None) -> dict:
+    settings = settings or get_settings()
+    spec = SweepSpec.model_validate(plan["spec"])
+    target = spec.target(unit["target"])
+    variant = next(v for v in target.variants if v.name == unit["variant"])
+    runner = VariantRunner(
+        spec, target, variant, run_id=run_id, settings=settings,
+        provisioner=LocalProvisioner(Path(provisioned["state_dir"])), hardware=hardware(),
+    )
+    result = runner.run()
+    store = open_store(settings)
+    for name in TABLES:
+        rows = [{"run_id": run_id, "run_date": plan["run_date"], **row}
+                for row in getattr(result, name)]
+        store.write_scratch(run_id, unit["unit_id"], name, rows_to_table(name, rows))
+    statuses = [c["status"] for c in result.cells]
+    return {"unit_id": unit["unit_id"], "cells": len(statuses),
+            "ok": statuses.count("ok"), "invalid": statuses.count("invalid"),
+            "failed": statuses.count("failed"), "evals": len(result.evals)}
+
+
+# -- aggregate + publish ---------------------------------------------------------------------
+def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | None,
+                          dag_id: str, started_at: dt.datetime | None = None,
+                          settings: Settings | None = None) -> dict:
+    """Collect every unit's rows (a unit that left none becomes failed cells), publish."""
+    settings = settings or get_settings()
+    spec = SweepSpec.model_validate(plan["spec"])
+    store = open_store(settings)
+    scratch = store.read_scratch(run_id)
+    run_date = dt.date.fromisoformat(plan["run_date"])
+    tables: dict[str, list[pa.Table]] = {name: [] for name in TABLES}
+    for unit in plan["units"]:
+        found = scratch.get(unit["unit_id"], {})
+        if "cells" not in found:
+            found = {"cells": rows_to_table(
+                "cells", _missing_unit_cells(spec, unit, run_id, plan["run_date"]))}
+        for name, table in found.items():
+            tables[name].append(table)
+    combined = {
+        name: pa.concat_tables(parts) if parts else rows_to_table(name, [])
+        for name, parts in tables.items()
+    }
+    statuses = combined["cells"].column("status").to_pylist()
+    now = dt.datetime.now(dt.UTC)
+    combined["runs"] = rows_to_table("runs", [{
+        "run_id": run_id, "run_date": run_date, "logical_date": logical_date or now,
+        "dag_id": dag_id, "sweep_name": spec.name, "sweep_file": plan["sweep_file"],
+        "sweep_hash": plan["sweep_hash"], "sampling_hash": plan["sampling_hash"],
+        "sampling_json": spec.sampling.model_dump_json(), "suite_git_sha": suite_git_sha(),
+        "hardware": hardware(), "started_at": started_at or now, "finished_at": now,
+        "n_cells": len(statuses), "n_ok": statuses.count("ok"),
+        "n_invalid": statuses.count("invalid"), "n_failed": statuses.count("failed"),
+        "spec_json": spec.model_dump_json(),
+    }])
+    manifest = store.publish(run_id, run_date, combined)
+    store.drop_scratch(run_id)
+    return {
+        "run_id": run_id, "run_date": run_date.isoformat(), "results_uri": settings.results_uri,
+        "n_cells": len(statuses), "n_ok": statuses.count("ok"),
+        "n_invalid": statuses.count("invalid"), "n_failed": statuses.count("failed"),
+        "rows": {t.name: t.rows for t in manifest.tables},
+    }
+
+
+def _missing_unit_cells(spec: SweepSpec, unit: dict, run_id: str, run_date: str) -> list[dict]:
+    target = spec.target(unit["target"])
+    return [
+        {"run_id": run_id, "run_date": run_date,
+         "cell_id": cell_id(unit["target"], unit["variant"], w.name, c),
+         "target": unit["target"], "stack": target.stack, "variant": unit["variant"],
+         "workload": w.name, "load_mode": "closed", "concurrency": c, "status": "failed",
+         "reason": "the bench task left no results (it crashed, was killed or timed out)"}
+        for w in spec.workloads
+        for c in spec.load.concurrency
+    ]
+
+
+# -- digest ----------------------------------------------------------------------------------
+def _slack_credentials(settings: Settings) -> tuple[str | None, str | None]:
+    """(token, base_url) from $SLACK_BOT_TOKEN or the Airflow Slack connection; else None."""
+    token = os.environ.get("SLACK_BOT_TOKEN")
+    base_url = os.environ.get("SERVEBENCH_SLACK_BASE_URL")
+    if token:
+        return token, base_url
+    try:
+        from airflow.sdk import BaseHook
+
+        conn = BaseHook.get_connection(settings.slack_conn_id)
+    except Exception:  # no Airflow, or no such connection: the digest goes to a file
+        return None, None
+    extra = conn.extra_dejson or {}
+    return conn.password or None, extra.get("base_url") or base_url
+
+
+def send_digest(summary: dict, settings: Settings | None = None) -> str:
+    """Render the run's digest; post it to Slack when a token is configured, and always
+    keep the Markdown beside the results. Returns where it went."""
+    settings = settings or get_settings()
+    store = open_store(settings)
+    run_id = summary["run_id"]
+    cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
+    run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
+    markdown = render_digest(cells, run, settings.results_uri)
+    where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
+                           markdown)
+    token, base_url = _slack_credentials(settings)
+    ts = post_digest(markdown, token=token, channel=settings.slack_channel, base_url=base_url)
+    if ts:
+        where += f" and Slack {settings.slack_channel} (ts={ts})"
+    log.info("digest: %s", where)
+    return where

@@ -1,0 +1,174 @@
+"""The local provisioner: serving stacks as subprocesses on this host.
+
+Every server is started in its own session (process group) and recorded in a pid file under
+the run's state folder, so the teardown task -- a different process, maybe a different try --
+can stop whatever a crashed task left behind. ``reap`` is that teardown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+log = logging.getLogger(__name__)
+
+
+class ServerLaunchError(RuntimeError):
+    """A server exited or never became healthy; the message carries its log tail."""
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    name: str
+    pid: int
+    base_url: str
+    log_path: Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "<no log>"
+
+
+class LocalProvisioner:
+    """Starts, health-checks and always stops local server processes for one run."""
+
+    def __init__(self, state_dir: Path):
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+
+    def _pid_file(self, name: str) -> Path:
+        return self.state_dir / f"{name}.server.json"
+
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        port: int,
+        health_path: str,
+        env: dict[str, str] | None = None,
+        host: str = "127.0.0.1",
+        timeout_s: float = 300.0,
+    ) -> RunningServer:
+        log_path = self.state_dir / f"{name}.log"
+        log.info("starting %s: %s", name, " ".join(argv))
+        with open(log_path, "ab") as log_file:
+            proc = subprocess.Popen(
+                argv,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **(env or {})},
+                start_new_session=True,  # own process group: killpg reaches its children
+            )
+        self._pid_file(name).write_text(
+            json.dumps({"pid": proc.pid, "argv": argv, "started_at": time.time()})
+        )
+        server = RunningServer(name, proc.pid, f"http://{host}:{port}", log_path)
+        try:
+            self._wait_healthy(proc, server, health_path, timeout_s)
+        except BaseException:
+            self.stop(server)
+            raise
+        return server
+
+    def _wait_healthy(
+        self, proc: subprocess.Popen, server: RunningServer, health_path: str, timeout_s: float
+    ) -> None:
+        deadline = time.monotonic() + timeout_s
+        url = server.base_url + health_path
+        with httpx.Client(timeout=5.0) as client:
+            while time.monotonic() < deadline:
+                code = proc.poll()
+                if code is not None:
+                    raise ServerLaunchError(
+                        f"{server.name} exited with code {code} before becoming healthy; "
+                        f"log tail:\n{_log_tail(server.log_path)}"
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if client.get(url).status_code == 200:
+                        log.info("%s healthy at %s", server.name, server.base_url)
+                        return
+                time.sleep(0.25)
+        raise ServerLaunchError(
+            f"{server.name} not healthy at {url} after {timeout_s:.0f}s; "
+            f"log tail:\n{_log_tail(server.log_path)}"
+        )
+
+    def stop(self, server: RunningServer, grace_s: float = 10.0) -> None:
+        _terminate_group(server.pid, grace_s)
+        self._pid_file(server.name).unlink(missing_ok=True)
+        log.info("stopped %s (pid %d)", server.name, server.pid)
+
+    @contextlib.contextmanager
+    def serving(self, name: str, argv: list[str], **kwargs) -> Iterator[RunningServer]:
+        server = self.start(name, argv, **kwargs)
+        try:
+            yield server
+        finally:
+            self.stop(server)
+
+    def reap(self) -> list[str]:
+        """Stop every server still recorded for this run; returns the names it stopped."""
+        reaped = []
+        for pid_file in sorted(self.state_dir.glob("*.server.json")):
+            name = pid_file.name.removesuffix(".server.json")
+            try:
+                pid = json.loads(pid_file.read_text())["pid"]
+            except (OSError, ValueError, KeyError):
+                pid_file.unlink(missing_ok=True)
+                continue
+            if _alive(pid):
+                log.warning("reaping leaked server %s (pid %d)", name, pid)
+                _terminate_group(pid, 10.0)
+                reaped.append(name)
+            pid_file.unlink(missing_ok=True)
+        return reaped
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours still "exists": reap it so it does not count as alive
+    with contextlib.suppress(ChildProcessError):
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    return True
+
+
+def _terminate_group(pid: int, grace_s: float) -> None:
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, sig)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if not _alive(pid):
+                return
+            time.sleep(0.1)
+    if _alive(pid):
+        raise RuntimeError(f"process group {pid} survived SIGKILL")

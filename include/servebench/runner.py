@@ -1,0 +1,233 @@
+"""Benchmark one target variant: launch, warm up, every cell, the golden set, always stop.
+
+This is the body of one mapped task. Whatever happens, it returns rows: a variant that fails
+to launch becomes failed cells with the reason; a cell that raises becomes one failed cell;
+a cell whose responses do not prove matched sampling becomes an invalid cell. The server is
+stopped in every path (and the teardown task reaps it if this process dies).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import traceback
+from dataclasses import dataclass, field
+
+from servebench.config import SweepSpec, TargetSpec, VariantSpec
+from servebench.cost import cost_fields
+from servebench.evals.runner import EvalOutcome, run_golden_set
+from servebench.loadgen.closed_loop import run_closed_loop_sync
+from servebench.metrics import Slo, ValidityChecks, compute_cell_metrics
+from servebench.provision.local import LocalProvisioner, RunningServer, free_port
+from servebench.provenance import file_sha256
+from servebench.results.schema import CELLS
+from servebench.settings import Settings
+from servebench.stacks.base import LaunchSpec, StackAdapter, get_stack
+from servebench.telemetry import deltas, prefix_cache_hit_rate, scrape
+from servebench.tokenize import FileTokenizer, ServerTokenizer, Tokenizer
+from servebench.workloads import TEMPLATE_OVERHEAD_MAX, build_prompts
+
+log = logging.getLogger(__name__)
+
+# a cell whose client fell this far behind its own schedule measured the client, not the server
+CLIENT_LAG_BOUND_MS = 50.0
+
+
+@dataclass
+class VariantResult:
+    """Rows for the ``cells``, ``requests`` and ``evals`` tables from one variant."""
+
+    cells: list[dict] = field(default_factory=list)
+    requests: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+
+
+def cell_id(target: str, variant: str, workload: str, concurrency: int) -> str:
+    return f"{target}/{variant}/{workload}/c{concurrency}"
+
+
+def unit_id(target: str, variant: str) -> str:
+    return f"{target}--{variant}"
+
+
+class VariantRunner:
+    """Runs every cell of one (target, variant) against a freshly launched server."""
+
+    def __init__(
+        self,
+        spec: SweepSpec,
+        target: TargetSpec,
+        variant: VariantSpec,
+        *,
+        run_id: str,
+        settings: Settings,
+        provisioner: LocalProvisioner,
+        hardware: str,
+    ):
+        self.spec, self.target, self.variant = spec, target, variant
+        self.run_id, self.settings, self.provisioner = run_id, settings, provisioner
+        self.adapter: StackAdapter = get_stack(target.stack)
+        self.hardware = hardware
+        self.result = VariantResult()
+
+    # -- rows -------------------------------------------------------------------------------
+    def _base_row(self, workload: str, concurrency: int, launch: LaunchSpec | None) -> dict:
+        model_path = self.settings.resolve(self.variant.model)
+        return {
+            "cell_id": cell_id(self.target.name, self.variant.name, workload, concurrency),
+            "target": self.target.name,
+            "stack": self.target.stack,
+            "variant": self.variant.name,
+            "model": self.variant.model,
+            "quant": self.variant.quant,
+            "workload": workload,
+            "load_mode": "closed",
+            "concurrency": concurrency,
+            "engine": self.adapter.engine,
+            "engine_version": self._engine_version,
+            "launch_args": json.dumps(launch.argv) if launch else None,
+            "model_file_sha256": file_sha256(model_path),
+            "hardware": self.hardware,
+            "sampling_hash": self.spec.sampling.spec_hash(),
+            "price_per_hour": self.spec.price_per_hour,
+        }
+
+    def _all_cells_failed(self, reason: str, launch: LaunchSpec | None) -> None:
+        for workload in self.spec.workloads:
+            for conc in self.spec.load.concurrency:
+                row = self._base_row(workload.name, conc, launch)
+                row.update(status="failed", reason=reason)
+                self.result.cells.append(row)
+
+    # -- run --------------------------------------------------------------------------------
+    def run(self) -> VariantResult:
+        self._engine_version = self.adapter.version(self.settings)
+        problems = self.adapter.check(self.variant, self.settings)
+        if problems:
+            self._all_cells_failed("; ".join(problems), None)
+            return self.result
+        port = free_port()
+        launch = self.adapter.local_launch(
+            self.variant, host="127.0.0.1", port=port, settings=self.settings
+        )
+        name = unit_id(self.target.name, self.variant.name)
+        try:
+            server = self.provisioner.start(
+                name, launch.argv, port=port, health_path=launch.health_path, env=launch.env,
+                timeout_s=self.settings.health_timeout_s,
+            )
+        except Exception as exc:  # launch failure is data: every cell records why
+            log.exception("launch of %s failed", name)
+            self._all_cells_failed(f"launch failed: {exc}", launch)
+            return self.result
+        try:
+            self._run_on(server, launch)
+        finally:
+            self.provisioner.stop(server)
+        return self.result
+
+    def _tokenizer(self, server: RunningServer, launch: LaunchSpec) -> Tokenizer:
+        if self.target.stack == "llama_cpp":
+            return ServerTokenizer(server.base_url)
+        return FileTokenizer(self.settings.resolve(self.variant.model))
+
+    def _run_on(self, server: RunningServer, launch: LaunchSpec) -> None:
+        tokenizer = self._tokenizer(server, launch)
+        for workload in self.spec.workloads:
+            try:
+                prompts = build_prompts(workload, tokenizer, self.spec.sampling.seed)
+            except Exception as exc:
+                for conc in self.spec.load.concurrency:
+                    row = self._base_row(workload.name, conc, launch)
+                    row.update(status="failed", reason=f"workload build failed: {exc}")
+                    self.result.cells.append(row)
+                continue
+            for conc in self.spec.load.concurrency:
+                try:
+                    self._run_cell(server, launch, workload.name, conc, prompts)
+                except Exception as exc:  # one broken cell must not lose the others
+                    log.exception("cell %s/%s c%d failed", self.variant.name, workload.name, conc)
+                    row = self._base_row(workload.name, conc, launch)
+                    row.update(status="failed", reason=f"{type(exc).__name__}: {exc}",
+                               server_metrics_json=json.dumps({"traceback": traceback.format_exc(
+                                   limit=5)}))
+                    self.result.cells.append(row)
+        self._run_golden(server, launch)
+
+    def _run_cell(self, server, launch, workload_name, conc, prompts) -> None:
+        warmup = self.spec.load.warmup_requests
+        items = prompts[:warmup] + prompts  # warm-up reuses the first prompts
+        bodies = [
+            self.adapter.chat_body(
+                served_model=launch.served_model, messages=p.messages,
+                sampling=self.spec.sampling, max_tokens=p.output_tokens, force_length=True,
+                variant=self.variant,
+            )
+            for p in items
+        ]
+        cid = cell_id(self.target.name, self.variant.name, workload_name, conc)
+        before = scrape(server.base_url, launch.metrics_path)
+        load = run_closed_loop_sync(
+            server.base_url, self.adapter.chat_path, bodies, concurrency=conc, warmup=warmup,
+            cell_id=cid, timeout_s=self.spec.load.request_timeout_s,
+            prompt_tokens_requested=[p.input_tokens for p in items],
+        )
+        after = scrape(server.base_url, launch.metrics_path)
+        server_delta = deltas(before, after)
+        cell = compute_cell_metrics(
+            load.records,
+            (load.window_start, load.window_end),
+            slo=Slo(self.spec.slos.ttft_ms, self.spec.slos.tpot_ms, self.spec.slos.e2e_ms),
+            checks=ValidityChecks(
+                exact_output_length=True,
+                expected_model=launch.served_model,
+                prompt_abs_tolerance=TEMPLATE_OVERHEAD_MAX,
+            ),
+        )
+        reasons = list(cell.invalid_reasons)
+        lag_ms = max(load.send_lag.p99_ms, load.loop_lag.p99_ms)
+        if lag_ms > CLIENT_LAG_BOUND_MS:  # the client, not the server, set the pace
+            reasons.append(f"client_saturated: client lag p99 {lag_ms:.1f} ms > "
+                           f"{CLIENT_LAG_BOUND_MS:.0f} ms")
+        row = self._base_row(workload_name, conc, launch)
+        row.update({k: v for k, v in cell.as_row().items() if k in CELLS.names})
+        failed = cell.n_ok == 0
+        row.update(
+            status="failed" if failed else ("invalid" if reasons else "ok"),
+            reason="; ".join(reasons) or None,
+            output_tokens_requested=prompts[0].output_tokens,
+            prefix_cache_hit_rate=prefix_cache_hit_rate(server_delta),
+            client_send_lag_ms_p99=load.send_lag.p99_ms,
+            client_loop_lag_ms_p99=load.loop_lag.p99_ms,
+            server_metrics_json=json.dumps(server_delta) if server_delta else None,
+        )
+        out_tokens = sum(r.output_tokens or 0 for r in load.records if r.ok)
+        row.update(cost_fields(price_per_hour=self.spec.price_per_hour,
+                               duration_s=cell.duration_s, output_tokens=out_tokens,
+                               successes=cell.n_ok))
+        self.result.cells.append(row)
+        for rec in load.all_records():
+            self.result.requests.append(rec.to_row())
+        log.info("cell %s: %s ttft p50 %.1f ms, %.0f tok/s %s", cid, row["status"],
+                 row.get("ttft_ms_p50") or math.nan, row.get("output_throughput") or math.nan,
+                 row["reason"] or "")
+
+    def _run_golden(self, server: RunningServer, launch: LaunchSpec) -> None:
+        outcomes: list[EvalOutcome] = []
+        for name in self.target.golden_sets:
+            ref = self.spec.golden_set(name)
+            outcome = run_golden_set(
+                ref, adapter=self.adapter, launch=launch, base_url=server.base_url,
+                sampling=self.spec.sampling, variant=self.variant, settings=self.settings,
+                cell_prefix=unit_id(self.target.name, self.variant.name),
+            )
+            outcomes.append(outcome)
+            for item in outcome.rows:
+                item.update(target=self.target.name, stack=self.target.stack,
+                            variant=self.variant.name)
+                self.result.evals.append(item)
+        if outcomes:
+            accuracy = outcomes[0].accuracy  # the first golden set is the headline number
+            for row in self.result.cells:
+                row.update(accuracy=accuracy, golden_set=outcomes[0].name)

@@ -1,0 +1,133 @@
+"""Hugging Face ``transformers serve`` with continuous batching (paged attention).
+
+The model is preloaded (``FORCE_MODEL``) so the first measured request does not pay for
+loading, and requests must name it by the same path. The server rejects ``min_tokens`` and
+``ignore_eos``; in continuous-batching mode a per-request ``generation_config`` (a JSON string)
+is honoured, so exact output length is forced by making the end-of-sequence id one the model
+never emits at that point: the pad id. Sampling knobs that the OpenAI schema lacks (top_k,
+min_p, repetition_penalty) travel in the same ``generation_config``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+from servebench.config import SamplingSpec, VariantSpec
+from servebench.settings import Settings
+from servebench.stacks.base import LaunchSpec, StackAdapter, register_stack, stream_fields
+
+TORCH_DTYPES = {"float32", "bfloat16", "float16"}
+
+
+@lru_cache(maxsize=32)
+def _pad_token_id(model_dir: str) -> int:
+    """The pad id from the checkpoint's config files (generation_config wins)."""
+    for name in ("generation_config.json", "config.json"):
+        path = Path(model_dir) / name
+        if path.is_file():
+            pad = json.loads(path.read_text()).get("pad_token_id")
+            if pad is not None:
+                return int(pad)
+    raise ValueError(f"{model_dir}: no pad_token_id in generation_config.json or config.json")
+
+
+@register_stack
+class TransformersServeStack(StackAdapter):
+    name = "transformers"
+    engine = "transformers-serve"
+
+    def _cli(self, settings: Settings) -> Path:
+        return settings.stacks_venv / "bin" / "transformers"
+
+    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        problems = []
+        if variant.quant not in ("none", *TORCH_DTYPES):
+            problems.append(
+                f"quant {variant.quant!r}: transformers serve runs unquantized weights here "
+                f"(use quant: none with dtype one of {sorted(TORCH_DTYPES)})"
+            )
+        if variant.dtype is not None and variant.dtype not in TORCH_DTYPES:
+            problems.append(f"dtype {variant.dtype!r} is not one of {sorted(TORCH_DTYPES)}")
+        model = settings.resolve(variant.model)
+        if not (model / "config.json").is_file():
+            problems.append(f"model {model} is not a checkpoint folder with config.json")
+        else:
+            try:
+                _pad_token_id(str(model))
+            except ValueError as exc:
+                problems.append(str(exc))
+        if not self._cli(settings).is_file():
+            problems.append(
+                f"transformers CLI not found at {self._cli(settings)} (run `make stacks`, or set "
+                "SERVEBENCH_STACKS_VENV)"
+            )
+        return problems
+
+    def local_launch(
+        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
+    ) -> LaunchSpec:
+        model = str(settings.resolve(variant.model))
+        argv = [
+            str(self._cli(settings)),
+            "serve",
+            model,
+            "--continuous-batching",
+            "--device", "cpu",
+            "--dtype", variant.dtype or "auto",
+            "--host", host,
+            "--port", str(port),
+            "--log-level", "warning",
+            *variant.extra_args,
+        ]
+        # two cores: keep torch from oversubscribing the host the client also runs on
+        env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        return LaunchSpec(argv=argv, served_model=model, metrics_path=None, env=env)
+
+    def chat_body(
+        self,
+        *,
+        served_model: str,
+        messages: list[dict],
+        sampling: SamplingSpec,
+        max_tokens: int,
+        force_length: bool,
+        variant: VariantSpec,
+    ) -> dict:
+        greedy = sampling.temperature == 0.0
+        generation = {
+            "do_sample": not greedy,
+            "top_k": sampling.top_k or None,
+            "top_p": sampling.top_p,
+            "min_p": sampling.min_p or None,
+            "repetition_penalty": sampling.repetition_penalty,
+            "max_new_tokens": max_tokens,
+        }
+        if not greedy:
+            generation["temperature"] = sampling.temperature
+        if force_length:
+            generation["eos_token_id"] = _pad_token_id(served_model)  # the checkpoint path
+        return {
+            "model": served_model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "seed": sampling.seed,
+            "generation_config": json.dumps(generation),
+            **stream_fields(),
+        }
+
+    def version(self, settings: Settings) -> str:
+        python = settings.stacks_venv / "bin" / "python"
+        try:
+            out = subprocess.run(
+                [str(python), "-c", "import transformers, torch;"
+                 "print(transformers.__version__, 'torch', torch.__version__)"],
+                capture_output=True, text=True, timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return "unknown"
+        return out.stdout.strip() or "unknown"

@@ -1,0 +1,49 @@
+"""Every DAG file imports cleanly and follows the house rules (no DB needed)."""
+
+from pathlib import Path
+
+import pytest
+from airflow.dag_processing.dagbag import DagBag
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+@pytest.fixture(scope="module")
+def bag() -> DagBag:
+    return DagBag(dag_folder=str(DAGS))
+
+
+def test_no_import_errors(bag):
+    assert bag.import_errors == {}
+    assert "nightly_benchmark" in bag.dags
+
+
+def test_house_rules(bag):
+    for dag_id, dag in bag.dags.items():
+        assert dag.tags, f"{dag_id} has no tags"
+        assert dag.catchup is False, f"{dag_id} must set catchup=False"
+        assert dag.schedule is not None or "manual" in dag.tags, f"{dag_id}: explicit schedule"
+        for task in dag.tasks:
+            assert task.retries >= 1 or task.task_id == "plan", (  # plan: bad specs do not heal
+                f"{dag_id}.{task.task_id} has retries={task.retries}"
+            )
+
+
+def test_nightly_shape(bag):
+    dag = bag.dags["nightly_benchmark"]
+    tasks = dag.task_dict
+    assert tasks["provision"].is_setup
+    assert tasks["release"].is_teardown
+    assert "provision" in tasks["release"].upstream_task_ids
+    assert "bench" in tasks["release"].upstream_task_ids
+    assert tasks["publish"].trigger_rule == "all_done"
+    assert tasks["bench"].max_active_tis_per_dag == 1
+    assert {"bench"} <= tasks["publish"].upstream_task_ids
+    assert "publish" in tasks["digest"].upstream_task_ids
+
+
+def test_dag_file_has_no_heavy_top_level_imports():
+    text = (DAGS / "nightly_benchmark.py").read_text()
+    top = text.split("@dag(")[0]
+    for heavy in ("servebench", "pandas", "pyarrow", "httpx", "boto3"):
+        assert f"import {heavy}" not in top and f"from {heavy}" not in top

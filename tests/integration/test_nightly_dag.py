@@ -1,0 +1,101 @@
+"""The nightly DAG end to end with dag.test(): real llama.cpp and transformers serve processes
+on 127.0.0.1, the project's own model, Parquet read back and checked.
+
+Needs `make setup airflow-db` (CI's `make test` does both).
+"""
+
+from pathlib import Path
+
+import pytest
+
+from servebench.results.store import ResultStore
+from servebench.settings import PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+
+SWEEP = "include/sweeps/local.yaml"
+
+
+@pytest.fixture(scope="module")
+def published(tmp_path_factory):
+    from airflow.dag_processing.dagbag import DagBag
+
+    tmp = tmp_path_factory.mktemp("nightly")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SERVEBENCH_RESULTS_URI", str(tmp / "data"))
+    mp.setenv("SERVEBENCH_WORK_DIR", str(tmp / "runs"))
+    try:
+        dag = DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags["nightly_benchmark"]
+        dag_run = dag.test(run_conf={"sweep": SWEEP})
+    finally:
+        mp.undo()
+    store = ResultStore(str(tmp / "data"))
+    return dag_run, store, tmp
+
+
+def test_dag_run_succeeds(published):
+    dag_run, store, _ = published
+    assert dag_run.state == "success"
+    assert len(store.committed_run_ids()) == 1
+
+
+def test_every_cell_present_and_valid(published):
+    _, store, _ = published
+    cells = store.read_table("cells").to_pandas()
+    # 5 variants x 2 workloads x 2 concurrencies, one row each
+    assert len(cells) == 20
+    counts = cells.groupby(["target", "variant"]).size()
+    assert set(counts) == {4}, counts
+    assert set(cells["stack"]) == {"llama_cpp", "transformers"}
+    assert not cells.duplicated(["variant", "target", "workload", "concurrency"]).any()
+    bad = cells[cells["status"] != "ok"]
+    assert bad.empty, bad[["cell_id", "status", "reason"]].to_string()
+
+
+def test_latencies_are_real_and_ordered(published):
+    _, store, _ = published
+    cells = store.read_table("cells").to_pandas()
+    for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        p50, p95, p99 = (cells[f"{metric}_{p}"] for p in ("p50", "p95", "p99"))
+        assert p50.notna().all() and (p50 > 0).all(), metric
+        assert (p50 <= p95).all() and (p95 <= p99).all(), metric
+    assert (cells["output_throughput"] > 0).all()
+    assert (cells["n_errors"] == 0).all()
+
+
+def test_output_tokens_equal_what_was_asked(published):
+    _, store, _ = published
+    reqs = store.read_table("requests").to_pandas()
+    measured = reqs[~reqs["warmup"]]
+    assert len(measured) == 20 * 24
+    assert (measured["output_tokens"] == measured["output_tokens_requested"]).all()
+    assert measured["first_chunk_at"].notna().all()
+
+
+def test_golden_set_accuracy(published):
+    _, store, _ = published
+    evals = store.read_table("evals").to_pandas()
+    acc = evals.groupby(["target", "variant"])["correct"].mean()
+    n_items = evals.groupby(["target", "variant"]).size()
+    assert len(set(n_items)) == 1 and n_items.iloc[0] >= 100
+    assert acc[("adder-llamacpp", "f16")] >= 0.9
+    assert acc[("adder-transformers", "f32")] >= 0.9
+    cells = store.read_table("cells").to_pandas()
+    f16 = cells[cells["variant"] == "f16"]["accuracy"]
+    assert (f16 == acc[("adder-llamacpp", "f16")]).all()
+
+
+def test_prefix_cache_shows_on_shared_prefix(published):
+    _, store, _ = published
+    cells = store.read_table("cells").to_pandas()
+    llama = cells[(cells["stack"] == "llama_cpp") & cells["workload"].str.startswith("shared")]
+    assert (llama["prefix_cache_hit_rate"] > 0.5).all(), llama["prefix_cache_hit_rate"]
+
+
+def test_servers_stopped_and_digest_written(published):
+    _, store, tmp = published
+    assert not list(Path(tmp / "runs").rglob("*.server.json"))
+    digests = store.find("digests")
+    assert len(digests) == 1
+    text = Path(digests[0]).read_text()
+    assert "adder-llamacpp" in text and "adder-transformers" in text

@@ -1,0 +1,95 @@
+"""Planning rejects an unrunnable sweep before anything is provisioned, naming file and field."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servebench.pipeline import PlanError, plan_run
+from servebench.settings import PROJECT_ROOT, Settings
+
+
+def _settings(tmp_path: Path, **kw) -> Settings:
+    llama_bin = tmp_path / "bin"
+    llama_bin.mkdir(exist_ok=True)
+    (llama_bin / "llama-server").write_text("#!/bin/sh\n")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True, exist_ok=True)
+    (venv / "bin" / "transformers").write_text("#!/bin/sh\n")
+    models = tmp_path / "build" / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    for quant in ("f16", "q8_0", "q4_k_m", "q2_k"):
+        (models / f"adder-3m-{quant}.gguf").write_bytes(b"GGUF")
+    return Settings(project_root=tmp_path, llama_bin=llama_bin, stacks_venv=venv,
+                    results_uri=str(tmp_path / "data"), **kw)
+
+
+def _sweep(tmp_path: Path, edit=None) -> Path:
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    # the checkpoint and golden set are the real ones, reached from the tmp project root
+    (tmp_path / "include").mkdir(exist_ok=True)
+    for sub in ("models", "golden"):
+        link = tmp_path / "include" / sub
+        if not link.exists():
+            link.symlink_to(PROJECT_ROOT / "include" / sub)
+    if edit:
+        edit(data)
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_plan_expands_units(tmp_path):
+    plan = plan_run(str(_sweep(tmp_path)), settings=_settings(tmp_path))
+    assert [u["unit_id"] for u in plan["units"]] == [
+        "adder-llamacpp--f16", "adder-llamacpp--q8_0", "adder-llamacpp--q4_k_m",
+        "adder-llamacpp--q2_k", "adder-transformers--f32",
+    ]
+    assert plan["sampling_hash"] and plan["run_date"]
+
+
+def test_missing_model_file_names_field(tmp_path):
+    settings = _settings(tmp_path)
+    (tmp_path / "build/models/adder-3m-q2_k.gguf").unlink()
+    with pytest.raises(PlanError) as err:
+        plan_run(str(_sweep(tmp_path)), settings=settings)
+    msg = str(err.value)
+    assert "sweep.yaml" in msg
+    assert "targets[0](name=adder-llamacpp).variants[3](name=q2_k)" in msg
+    assert "adder-3m-q2_k.gguf does not exist" in msg
+
+
+def test_unknown_stack_lists_known(tmp_path):
+    def edit(d):
+        d["targets"][1]["stack"] = "tgi-typo"
+
+    with pytest.raises(PlanError, match=r"targets\[1\].*stack: unknown stack 'tgi-typo'; "
+                                        r"known stacks: \['llama_cpp', 'transformers'\]"):
+        plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
+
+
+def test_engine_cannot_run_combination(tmp_path):
+    def edit(d):
+        d["targets"][1]["variants"][0]["quant"] = "q4_k_m"  # GGUF quant on transformers
+
+    with pytest.raises(PlanError, match=r"variants\[0\]\(name=f32\): transformers: quant 'q4_k_m'"):
+        plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
+
+
+def test_missing_binary(tmp_path):
+    settings = _settings(tmp_path)
+    (settings.llama_bin / "llama-server").unlink()
+    with pytest.raises(PlanError, match="llama-server not found"):
+        plan_run(str(_sweep(tmp_path)), settings=settings)
+
+
+def test_bad_golden_set_line(tmp_path):
+    settings = _settings(tmp_path)
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "1+1=", "reference": "2"}\n{"id": "b"}\n')
+
+    def edit(d):
+        d["golden_sets"][0]["path"] = str(bad)
+
+    with pytest.raises(PlanError, match=r"golden_sets\[0\]\(name=addition\)\.path: .*bad\.jsonl:2"):
+        plan_run(str(_sweep(tmp_path, edit)), settings=settings)
