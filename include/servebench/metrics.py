@@ -1,0 +1,308 @@
+"""THE canonical metric definitions of servebench — one set, derived from raw request records.
+
+Inputs: the measured :class:`~servebench.loadgen.records.RequestRecord` s of one cell (records
+flagged ``warmup=True`` are ignored) and the measured window ``(start, end)`` in epoch seconds
+(default: first ``sent_at`` to last ``done_at`` of the given records).
+
+Per request (successful requests only, ``record.ok``):
+
+* **TTFT** = ``first_chunk_at - sent_at``: request sent -> first chunk carrying generated text.
+  Undefined for a request that produced no text.
+* **TPOT** = ``(E2E - TTFT) / (output_tokens - 1)``, only when ``output_tokens > 1``. Excludes the
+  first token. ``output_tokens`` is the server's ``usage.completion_tokens``; if the server did not
+  report usage, the client's chunk token count is used and the cell is flagged.
+* **ITL** = gaps between consecutive content chunks of a request (``diff(chunk_times)``), pooled
+  over all requests. Per chunk, not per token: a chunk carrying k tokens (speculative decoding,
+  stream intervals) is one gap; chunk token counts are kept in the records.
+* **E2E** = ``done_at - sent_at``.
+
+Each is reported as mean, p50, p90, p95, p99 in **milliseconds** (``numpy.percentile``, linear
+interpolation); never a mean alone. No samples -> NaN.
+
+Over the measured window (``duration_s = end - start``), successful requests only:
+
+* **request_throughput** = n_ok / duration_s (requests/s);
+* **output_throughput** = sum(output_tokens) / duration_s (tokens/s);
+* **total_throughput** = sum(prompt_tokens + output_tokens) / duration_s (tokens/s); prompt tokens
+  from server usage, else the requested prompt length; NaN if neither is known for some request;
+* **goodput** = (successful requests meeting every SLO) / duration_s (requests/s) — the DistServe
+  definition. SLOs are ``ttft_ms``, ``tpot_ms``, ``e2e_ms`` (``<=``); an SLO left ``None`` is not
+  checked; a request without TTFT fails a TTFT SLO; a request with undefined TPOT
+  (output_tokens <= 1) meets a TPOT SLO. With no SLO set, goodput equals request_throughput.
+
+Errors: ``n_errors = n_requests - n_ok``; ``error_rate = n_errors / n_requests``.
+
+Validity (``invalid_reasons``; an empty list means the cell is valid and comparable):
+
+* no measured requests; all requests failed (with the most common error);
+* successful requests that returned no generated text;
+* server usage missing (token counts then come from the client and cannot be verified);
+* ``exact_output_length``: server ``output_tokens != output_tokens_requested`` (the sampling spec
+  asked for exact length via ``ignore_eos``/``min_tokens`` and it did not take effect);
+* server ``output_tokens`` vs client chunk token count differ by more than
+  ``max(chunk_abs_tolerance, chunk_rel_tolerance * output_tokens)``;
+* server ``prompt_tokens`` vs ``prompt_tokens_requested`` (when known) differ by more than
+  ``max(prompt_abs_tolerance, prompt_rel_tolerance * requested)`` (chat templates add tokens);
+* served model differs from ``expected_model`` (when given).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from servebench.loadgen.records import RequestRecord
+
+PERCENTILES = (50, 90, 95, 99)
+NAN = math.nan
+
+
+@dataclass(frozen=True, slots=True)
+class Slo:
+    """Service-level objectives in milliseconds; ``None`` = not checked."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    e2e_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ValidityChecks:
+    """Which validity checks to run and their tolerances (see module docstring).
+
+    A tolerance set to ``None`` disables that check.
+    """
+
+    exact_output_length: bool = False
+    expected_model: str | None = None
+    chunk_rel_tolerance: float | None = 0.1
+    chunk_abs_tolerance: int = 1
+    prompt_rel_tolerance: float | None = 0.1
+    prompt_abs_tolerance: int = 32
+
+
+@dataclass(frozen=True)
+class CellMetrics:
+    """Aggregate metrics of one cell. Latencies in ms, throughputs per second of window."""
+
+    cell_id: str | None
+    n_requests: int
+    n_ok: int
+    n_errors: int
+    error_rate: float
+    window_start: float
+    window_end: float
+    duration_s: float
+    request_throughput: float
+    output_throughput: float
+    total_throughput: float
+    goodput: float
+    n_good: int
+    slo_ttft_ms: float | None
+    slo_tpot_ms: float | None
+    slo_e2e_ms: float | None
+    output_tokens_mean: float
+    prompt_tokens_mean: float
+    ttft_ms_mean: float
+    ttft_ms_p50: float
+    ttft_ms_p90: float
+    ttft_ms_p95: float
+    ttft_ms_p99: float
+    tpot_ms_mean: float
+    tpot_ms_p50: float
+    tpot_ms_p90: float
+    tpot_ms_p95: float
+    tpot_ms_p99: float
+    itl_ms_mean: float
+    itl_ms_p50: float
+    itl_ms_p90: float
+    itl_ms_p95: float
+    itl_ms_p99: float
+    e2e_ms_mean: float
+    e2e_ms_p50: float
+    e2e_ms_p90: float
+    e2e_ms_p95: float
+    e2e_ms_p99: float
+    invalid_reasons: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        """True when no validity check failed."""
+        return not self.invalid_reasons
+
+    def as_row(self) -> dict[str, Any]:
+        """Flat dict for a Parquet row (``invalid_reasons`` stays a list), plus ``valid``."""
+        row = asdict(self)
+        row["valid"] = self.valid
+        return row
+
+
+def summarize_ms(values_s: Sequence[float], name: str) -> dict[str, float]:
+    """``{name_mean, name_p50, name_p90, name_p95, name_p99}`` in ms from values in seconds."""
+    if len(values_s) == 0:
+        return {f"{name}_mean": NAN, **{f"{name}_p{p}": NAN for p in PERCENTILES}}
+    a = np.asarray(values_s, dtype=float) * 1000.0
+    ps = np.percentile(a, PERCENTILES)  # linear interpolation (numpy default)
+    return {f"{name}_mean": float(a.mean()), **{f"{name}_p{p}": float(v) for p, v in zip(PERCENTILES, ps)}}
+
+
+def _out_tokens(r: RequestRecord) -> int:
+    """Server-reported output tokens, else the client's chunk token count."""
+    return r.output_tokens if r.output_tokens is not None else sum(r.chunk_tokens)
+
+
+def _tpot_s(r: RequestRecord) -> float | None:
+    """Per-request TPOT in seconds, or None when undefined (no TTFT, output_tokens <= 1)."""
+    n = _out_tokens(r)
+    if r.first_chunk_at is None or n <= 1:
+        return None
+    return (r.done_at - r.first_chunk_at) / (n - 1)
+
+
+def _meets(r: RequestRecord, slo: Slo) -> bool:
+    """True if a successful request meets every set SLO."""
+    if slo.ttft_ms is not None:
+        if r.first_chunk_at is None or (r.first_chunk_at - r.sent_at) * 1000.0 > slo.ttft_ms:
+            return False
+    if slo.tpot_ms is not None:
+        tpot = _tpot_s(r)
+        if tpot is not None and tpot * 1000.0 > slo.tpot_ms:
+            return False
+    if slo.e2e_ms is not None and (r.done_at - r.sent_at) * 1000.0 > slo.e2e_ms:
+        return False
+    return True
+
+
+def _example(bad: list[str], n: int, what: str) -> str:
+    return f"{len(bad)}/{n} successful requests: {what} (e.g. {bad[0]})"
+
+
+def validity_reasons(records: Sequence[RequestRecord], checks: ValidityChecks) -> list[str]:
+    """Reasons the successful ``records`` are not comparable; empty if none (see module doc)."""
+    ok = [r for r in records if r.ok]
+    n = len(ok)
+    reasons: list[str] = []
+    no_text = [r.request_id for r in ok if r.first_chunk_at is None]
+    if no_text:
+        reasons.append(_example(no_text, n, "no generated text"))
+    no_usage = [r.request_id for r in ok if r.output_tokens is None]
+    if no_usage:
+        reasons.append(_example(no_usage, n, "server usage missing, token counts unverified "
+                                "(set stream_options.include_usage)"))
+    if checks.exact_output_length:
+        bad = [f"{r.request_id}: {r.output_tokens} vs {r.output_tokens_requested}" for r in ok
+               if r.output_tokens is not None and r.output_tokens_requested is not None
+               and r.output_tokens != r.output_tokens_requested]
+        if bad:
+            reasons.append(_example(bad, n, "server output_tokens != requested exact length"))
+    if checks.chunk_rel_tolerance is not None:
+        bad = []
+        for r in ok:
+            if r.output_tokens is None:
+                continue
+            client = sum(r.chunk_tokens)
+            tol = max(checks.chunk_abs_tolerance, checks.chunk_rel_tolerance * r.output_tokens)
+            if abs(r.output_tokens - client) > tol:
+                bad.append(f"{r.request_id}: usage {r.output_tokens} vs {client} in chunks")
+        if bad:
+            reasons.append(_example(bad, n, "server output_tokens vs client chunk count beyond tolerance"))
+    if checks.prompt_rel_tolerance is not None:
+        bad = []
+        for r in ok:
+            if r.prompt_tokens is None or r.prompt_tokens_requested is None:
+                continue
+            tol = max(checks.prompt_abs_tolerance, checks.prompt_rel_tolerance * r.prompt_tokens_requested)
+            if abs(r.prompt_tokens - r.prompt_tokens_requested) > tol:
+                bad.append(f"{r.request_id}: {r.prompt_tokens} vs {r.prompt_tokens_requested}")
+        if bad:
+            reasons.append(_example(bad, n, "server prompt_tokens vs requested beyond tolerance"))
+    if checks.expected_model is not None:
+        seen = Counter(r.served_model for r in ok if r.served_model != checks.expected_model)
+        if seen:
+            name, k = seen.most_common(1)[0]
+            reasons.append(f"{sum(seen.values())}/{n} successful requests: served model {name!r} "
+                           f"(x{k}) != expected {checks.expected_model!r}")
+    return reasons
+
+
+def compute_cell_metrics(
+    records: Sequence[RequestRecord],
+    window: tuple[float, float] | None = None,
+    *,
+    slo: Slo | None = None,
+    checks: ValidityChecks | None = None,
+) -> CellMetrics:
+    """Canonical metrics of one cell (definitions in the module docstring).
+
+    Args:
+        records: the cell's records; ``warmup=True`` ones are ignored.
+        window: measured window ``(start, end)``, epoch seconds; default first ``sent_at`` to
+            last ``done_at`` of the non-warm-up records.
+        slo: SLOs for goodput (default: none set).
+        checks: validity checks (default: :class:`ValidityChecks` defaults).
+
+    Never raises on empty or all-failed input: metrics are NaN and ``invalid_reasons`` says why.
+    """
+    slo = slo or Slo()
+    checks = checks or ValidityChecks()
+    recs = [r for r in records if not r.warmup]
+    ok = [r for r in recs if r.ok]
+    n, n_ok = len(recs), len(ok)
+    reasons: list[str] = []
+    if window is None:
+        start = min((r.sent_at for r in recs), default=NAN)
+        end = max((r.done_at for r in recs), default=NAN)
+    else:
+        start, end = window
+    duration = end - start
+    if n == 0:
+        reasons.append("no measured requests")
+    elif n_ok == 0:
+        err, k = Counter((r.error or f"HTTP {r.http_status}") for r in recs).most_common(1)[0]
+        reasons.append(f"all {n} requests failed; most common error ({k}x): {err}")
+    reasons += validity_reasons(recs, checks)
+    if n and not duration > 0:
+        reasons.append(f"measured window is empty or invalid (duration_s={duration})")
+
+    ttft = [r.first_chunk_at - r.sent_at for r in ok if r.first_chunk_at is not None]
+    tpot = [t for t in map(_tpot_s, ok) if t is not None]
+    itl = np.concatenate([np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1] or [np.empty(0)])
+    e2e = [r.done_at - r.sent_at for r in ok]
+    out_tok = [_out_tokens(r) for r in ok]
+    prompt_tok = [r.prompt_tokens if r.prompt_tokens is not None else r.prompt_tokens_requested for r in ok]
+    prompt_known = all(p is not None for p in prompt_tok)
+    n_good = sum(1 for r in ok if _meets(r, slo))
+
+    def rate(x: float) -> float:
+        return x / duration if duration > 0 else NAN
+
+    return CellMetrics(
+        cell_id=recs[0].cell_id if recs and all(r.cell_id == recs[0].cell_id for r in recs) else None,
+        n_requests=n,
+        n_ok=n_ok,
+        n_errors=n - n_ok,
+        error_rate=(n - n_ok) / n if n else NAN,
+        window_start=start,
+        window_end=end,
+        duration_s=duration,
+        request_throughput=rate(n_ok) if n_ok else (0.0 if duration > 0 else NAN),
+        output_throughput=rate(sum(out_tok)) if n_ok else (0.0 if duration > 0 else NAN),
+        total_throughput=rate(sum(out_tok) + sum(prompt_tok)) if n_ok and prompt_known else (
+            0.0 if duration > 0 and not n_ok else NAN),
+        goodput=rate(n_good) if n_ok else (0.0 if duration > 0 else NAN),
+        n_good=n_good,
+        slo_ttft_ms=slo.ttft_ms,
+        slo_tpot_ms=slo.tpot_ms,
+        slo_e2e_ms=slo.e2e_ms,
+        output_tokens_mean=float(np.mean(out_tok)) if out_tok else NAN,
+        prompt_tokens_mean=float(np.mean(prompt_tok)) if out_tok and prompt_known else NAN,
+        **summarize_ms(ttft, "ttft_ms"),
+        **summarize_ms(tpot, "tpot_ms"),
+        **summarize_ms(itl, "itl_ms"),
+        **summarize_ms(e2e, "e2e_ms"),
+        invalid_reasons=reasons,
+    )

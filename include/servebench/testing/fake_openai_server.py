@@ -1,0 +1,442 @@
+"""A small, fast, real OpenAI-compatible streaming server for tests and client benchmarks.
+
+Serves on 127.0.0.1 only:
+
+* ``POST /v1/chat/completions`` and ``POST /v1/completions`` — SSE streams (``stream: true``)
+  or plain JSON. Chat streams start with a role chunk (``delta: {"role": "assistant",
+  "content": ""}``, sent on receipt, carrying no text), then one chunk per ``tokens_per_chunk``
+  tokens, then a finish chunk (empty delta, ``finish_reason`` ``"length"`` when it stopped at
+  ``max_tokens``, else ``"stop"``), then a usage chunk when ``stream_options.include_usage`` is
+  set (cumulative usage in every chunk with ``stream_options.continuous_usage_stats``), then
+  ``data: [DONE]``.
+* ``GET /health``, ``GET /v1/models``.
+* ``GET /_truth`` — JSON ground truth: per request the server-side epoch time (seconds) it was
+  received, the write time of every content chunk, and when it finished; plus
+  ``max_in_flight``. ``POST /_reset`` clears it. In-process: :meth:`FakeOpenAIServer.truth`.
+
+Timing: the first content chunk is written ``ttft_s`` after the request was read, content chunk
+``i`` at ``ttft_s + i * itl_s`` (scheduled on absolute times, so no drift). Output length is
+``output_tokens`` if configured (capped by ``max_tokens``), else the request's ``max_tokens`` /
+``max_completion_tokens`` (as with ``ignore_eos``), else ``default_max_tokens``. Prompt tokens are
+counted as whitespace-separated words (or list length for token-id prompts). Per-request
+overrides via body fields ``fake_status`` (respond with that HTTP status and an error body),
+``fake_ttft_s`` and ``fake_itl_s``.
+
+Implementation choice: plain asyncio streams (stdlib) with a minimal HTTP/1.1 keep-alive parser
+and chunked transfer encoding, not uvicorn+starlette. Measured on this 2-core box against a minimal
+uvicorn(httptools)+starlette ``StreamingResponse`` emitting the same SSE: server CPU per chunk is
+about the same (~4 us/chunk flat out, ~12-15 us/chunk paced at 2 ms over 64 streams, both), so
+speed does not decide it. What does: the ground-truth write time is stamped right at the
+``transport.write`` of each pre-framed chunk (no ASGI queue in between), framing is under our
+control, there is no dependency beyond the stdlib, and it runs in a background thread without
+uvicorn's signal handling and lifespan machinery.
+
+Run standalone: ``python -m servebench.testing.fake_openai_server --port 8000 --ttft-ms 50
+--itl-ms 10``. In tests: ``with serve_in_thread(FakeServerConfig(...)) as srv: srv.url`` (fast,
+shares the GIL) or ``with serve_in_subprocess(...) as srv:`` (own process; use when timing
+accuracy matters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+HOST = "127.0.0.1"
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required",
+            429: "Too Many Requests", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+@dataclass(frozen=True)
+class FakeServerConfig:
+    """Behaviour of the fake server. Times in seconds.
+
+    Attributes:
+        ttft_s: delay from request read to first content chunk.
+        itl_s: interval between consecutive content chunks.
+        output_tokens: fixed output length (capped by ``max_tokens``); ``None`` honours
+            ``max_tokens``/``max_completion_tokens``.
+        default_max_tokens: output length when neither is given.
+        tokens_per_chunk: tokens per content chunk (>1 mimics speculative decoding/batching).
+        served_model: ``model`` field to return; ``None`` echoes the request's model.
+    """
+
+    ttft_s: float = 0.0
+    itl_s: float = 0.0
+    output_tokens: int | None = None
+    default_max_tokens: int = 16
+    tokens_per_chunk: int = 1
+    served_model: str | None = None
+
+
+def _count_prompt_tokens(body: dict[str, Any]) -> int:
+    """Whitespace word count of the prompt/messages (token-id list prompts: their length)."""
+    if "messages" in body:
+        n = 0
+        for m in body.get("messages") or []:
+            c = m.get("content", "")
+            if isinstance(c, list):  # content parts
+                c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+            n += len(str(c).split())
+        return n
+    prompt = body.get("prompt", "")
+    if isinstance(prompt, list):
+        if prompt and isinstance(prompt[0], str):
+            return sum(len(p.split()) for p in prompt)
+        return len(prompt)
+    return len(str(prompt).split())
+
+
+def _chunk(payload: bytes) -> bytes:
+    """Frame ``payload`` as one HTTP/1.1 chunked-transfer chunk."""
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+class FakeOpenAIServer:
+    """The server; run it with :meth:`start` inside a running event loop."""
+
+    def __init__(self, config: FakeServerConfig | None = None) -> None:
+        self.config = config or FakeServerConfig()
+        self.port: int = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._truth: list[dict[str, Any]] = []
+        self._ids = itertools.count()
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._anchor_perf = time.perf_counter()
+        self._anchor_wall = time.time()
+
+    # -- public -----------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:43121``."""
+        return f"http://{HOST}:{self.port}"
+
+    def now(self) -> float:
+        """Server clock: epoch seconds with perf_counter resolution."""
+        return self._anchor_wall + (time.perf_counter() - self._anchor_perf)
+
+    async def start(self, port: int = 0) -> None:
+        """Listen on 127.0.0.1:``port`` (0 picks a free port; read it from :attr:`port`)."""
+        self._server = await asyncio.start_server(self._handle, HOST, port, backlog=4096)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        """Stop listening and close open connections."""
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                self._server.close_clients()  # py3.13+; on 3.11 handlers end on their own
+            with contextlib.suppress(asyncio.TimeoutError):  # 3.12 waits for open keep-alives
+                await asyncio.wait_for(self._server.wait_closed(), 2.0)
+
+    def truth(self) -> dict[str, Any]:
+        """Snapshot of ground truth: ``{"requests": [...], "max_in_flight": int}``.
+
+        Each request: ``id``, ``request_id`` (``x-request-id`` header), ``path``, ``status``,
+        ``received_at``, ``first_chunk_at``, ``chunk_times``, ``done_at`` (epoch seconds),
+        ``output_tokens``, ``prompt_tokens``, ``aborted``.
+        """
+        reqs = [{**r, "chunk_times": list(r["chunk_times"])} for r in list(self._truth)]
+        return {"requests": reqs, "max_in_flight": self.max_in_flight}
+
+    def reset(self) -> None:
+        """Forget recorded truth and the in-flight high-water mark."""
+        self._truth = []
+        self.max_in_flight = self.in_flight
+
+    # -- HTTP plumbing ----------------------------------------------------------------------
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+                    return
+                received = self.now()
+                lines = head[:-4].split(b"\r\n")
+                try:
+                    method, target, version = lines[0].split(b" ", 2)
+                except ValueError:
+                    return
+                headers: dict[bytes, bytes] = {}
+                for line in lines[1:]:
+                    k, _, v = line.partition(b":")
+                    headers[k.strip().lower()] = v.strip()
+                if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
+                    await self._send_json(writer, 411, {"error": {"message": "no chunked bodies"}})
+                    return
+                n = int(headers.get(b"content-length", b"0") or 0)
+                raw = await reader.readexactly(n) if n else b""
+                keep_alive = version == b"HTTP/1.1" and headers.get(b"connection", b"").lower() != b"close"
+                await self._dispatch(method, target.split(b"?", 1)[0], headers, raw, writer, received)
+                if not keep_alive or writer.is_closing():
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            writer.close()
+
+    async def _send_json(self, writer: asyncio.StreamWriter, status: int, obj: Any) -> None:
+        data = json.dumps(obj).encode()
+        writer.write(
+            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, _REASONS.get(status, "Status").encode(), len(data), data)
+        )
+        await writer.drain()
+
+    async def _dispatch(self, method: bytes, path: bytes, headers: dict[bytes, bytes], raw: bytes,
+                        writer: asyncio.StreamWriter, received: float) -> None:
+        if method == b"GET" and path == b"/health":
+            return await self._send_json(writer, 200, {"status": "ok"})
+        if method == b"GET" and path == b"/_truth":
+            return await self._send_json(writer, 200, self.truth())
+        if method == b"POST" and path == b"/_reset":
+            self.reset()
+            return await self._send_json(writer, 200, {"ok": True})
+        if method == b"GET" and path == b"/v1/models":
+            name = self.config.served_model or "fake-model"
+            return await self._send_json(writer, 200, {"object": "list", "data": [{"id": name, "object": "model"}]})
+        if method == b"POST" and path in (b"/v1/chat/completions", b"/v1/completions"):
+            try:
+                body = json.loads(raw)
+                assert isinstance(body, dict)
+            except Exception:  # noqa: BLE001
+                return await self._send_json(writer, 400, {"error": {"message": "body is not a JSON object"}})
+            return await self._generate(path == b"/v1/chat/completions", body, headers, writer, received)
+        return await self._send_json(writer, 404, {"error": {"message": f"no route {path.decode()}"}})
+
+    # -- generation -------------------------------------------------------------------------
+    async def _generate(self, chat: bool, body: dict[str, Any], headers: dict[bytes, bytes],
+                        writer: asyncio.StreamWriter, received: float) -> None:
+        rid = f"cmpl-{next(self._ids)}"
+        truth: dict[str, Any] = {
+            "id": rid, "request_id": headers.get(b"x-request-id", b"").decode() or None,
+            "path": "/v1/chat/completions" if chat else "/v1/completions", "status": 200,
+            "received_at": received, "first_chunk_at": None, "chunk_times": [], "done_at": None,
+            "output_tokens": 0, "prompt_tokens": _count_prompt_tokens(body), "aborted": False,
+        }
+        self._truth.append(truth)
+        status = int(body.get("fake_status", 200))
+        if status != 200:
+            truth["status"] = status
+            truth["done_at"] = self.now()
+            return await self._send_json(writer, status, {"error": {"message": f"fake error {status}", "code": status}})
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await self._generate_inner(chat, body, writer, truth, rid)
+        except (ConnectionError, RuntimeError):
+            truth["aborted"] = True
+            writer.close()
+        finally:
+            self.in_flight -= 1
+            truth["done_at"] = self.now()
+
+    async def _generate_inner(self, chat: bool, body: dict[str, Any], writer: asyncio.StreamWriter,
+                              truth: dict[str, Any], rid: str) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if cfg.output_tokens is not None:
+            n_out = cfg.output_tokens if max_tokens is None else min(cfg.output_tokens, int(max_tokens))
+        else:
+            n_out = int(max_tokens) if max_tokens is not None else cfg.default_max_tokens
+        finish = "length" if max_tokens is not None and n_out >= int(max_tokens) else "stop"
+        ttft = float(body.get("fake_ttft_s", cfg.ttft_s))
+        itl = float(body.get("fake_itl_s", cfg.itl_s))
+        model = json.dumps(cfg.served_model or body.get("model") or "fake-model")
+        created = int(time.time())
+        n_prompt = truth["prompt_tokens"]
+        sopts = body.get("stream_options") or {}
+        include_usage = bool(sopts.get("include_usage"))
+        continuous = include_usage and bool(sopts.get("continuous_usage_stats"))
+        obj = "chat.completion.chunk" if chat else "text_completion"
+        head = b'{"id":"%s","object":"%s","created":%d,"model":%s,"choices":[' % (
+            rid.encode(), obj.encode(), created, model.encode())
+
+        def usage(ct: int) -> bytes:
+            return b'"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}' % (
+                n_prompt, ct, n_prompt + ct)
+
+        if not body.get("stream"):
+            await asyncio.sleep(max(0.0, ttft + max(n_out - 1, 0) * itl))
+            text = "".join(f" t{i}" for i in range(n_out))
+            choice = ({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+                      if chat else {"index": 0, "text": text, "finish_reason": finish})
+            truth["output_tokens"] = n_out
+            return await self._send_json(writer, 200, {
+                "id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
+                "model": json.loads(model), "choices": [choice],
+                "usage": {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out}})
+
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        if chat:  # role chunk: carries no generated text, must not count as TTFT
+            writer.write(_chunk(b"data: " + head + b'{"index":0,"delta":{"role":"assistant","content":""},'
+                                b'"finish_reason":null}]}\n\n'))
+        tpc = max(1, cfg.tokens_per_chunk)
+        times = truth["chunk_times"]
+        transport = writer.transport
+        done = 0
+        i = 0
+        while done < n_out:
+            k = min(tpc, n_out - done)
+            text = json.dumps("".join(f" t{j}" for j in range(done, done + k))).encode()
+            done += k
+            if chat:
+                ev = head + b'{"index":0,"delta":{"content":%s},"finish_reason":null}]' % text
+            else:
+                ev = head + b'{"index":0,"text":%s,"finish_reason":null}]' % text
+            if continuous:
+                ev += b"," + usage(done)
+            frame = _chunk(b"data: " + ev + b"}\n\n")
+            delay = t0 + ttft + i * itl - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif i % 16 == 0:
+                await asyncio.sleep(0)  # stay fair to other streams when running flat out
+            if transport.is_closing():
+                raise ConnectionResetError("client went away")
+            t = self.now()
+            writer.write(frame)
+            times.append(t)
+            if i == 0:
+                truth["first_chunk_at"] = t
+            if transport.get_write_buffer_size() > 65536:
+                await writer.drain()
+            i += 1
+        truth["output_tokens"] = n_out
+        fin_delta = b'"delta":{}' if chat else b'"text":""'
+        tail = _chunk(b"data: " + head + b'{"index":0,%s,"finish_reason":"%s"}]%s}\n\n' % (
+            fin_delta, finish.encode(), (b"," + usage(done)) if continuous else b""))
+        if include_usage:
+            tail += _chunk(b"data: " + head + b"]," + usage(done) + b"}\n\n")
+        tail += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
+        writer.write(tail)
+        await writer.drain()
+
+
+@contextlib.contextmanager
+def serve_in_thread(config: FakeServerConfig | None = None) -> Iterator[FakeOpenAIServer]:
+    """Run a :class:`FakeOpenAIServer` on a free 127.0.0.1 port in a background thread.
+
+    Yields the server (use ``.url``, ``.truth()``, ``.reset()``); stops it on exit.
+    """
+    server = FakeOpenAIServer(config)
+    ready = threading.Event()
+    stop: dict[str, Any] = {}
+    failure: list[BaseException] = []
+
+    async def main() -> None:
+        try:
+            await server.start(0)
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the caller below
+            failure.append(exc)
+            ready.set()
+            return
+        stop["event"] = asyncio.Event()
+        stop["loop"] = asyncio.get_running_loop()
+        ready.set()
+        await stop["event"].wait()
+        await server.close()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), name="fake-openai-server", daemon=True)
+    thread.start()
+    if not ready.wait(10):
+        raise RuntimeError("fake server did not start within 10 s")
+    if failure:
+        raise failure[0]
+    try:
+        yield server
+    finally:
+        stop["loop"].call_soon_threadsafe(stop["event"].set)
+        thread.join(10)
+
+
+class SubprocessServer:
+    """Handle of a fake server running in a child process (see :func:`serve_in_subprocess`)."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
+        self.proc = proc
+        self.url = url
+
+    def truth(self) -> dict[str, Any]:
+        """Ground truth fetched from ``GET /_truth`` (same shape as the in-process one)."""
+        with urllib.request.urlopen(self.url + "/_truth", timeout=10) as resp:
+            return json.loads(resp.read())
+
+    def reset(self) -> None:
+        """``POST /_reset``."""
+        urllib.request.urlopen(urllib.request.Request(self.url + "/_reset", method="POST"), timeout=10).close()
+
+
+@contextlib.contextmanager
+def serve_in_subprocess(config: FakeServerConfig | None = None) -> Iterator[SubprocessServer]:
+    """Run the fake server in a child Python process on a free 127.0.0.1 port.
+
+    Use this when timing matters: an in-thread server shares the GIL with the client under test,
+    which can delay either side by up to ``sys.getswitchinterval()`` (5 ms).
+    """
+    cfg = config or FakeServerConfig()
+    cmd = [sys.executable, "-m", "servebench.testing.fake_openai_server", "--port", "0",
+           "--ttft-ms", str(cfg.ttft_s * 1000), "--itl-ms", str(cfg.itl_s * 1000),
+           "--default-max-tokens", str(cfg.default_max_tokens),
+           "--tokens-per-chunk", str(cfg.tokens_per_chunk)]
+    if cfg.output_tokens is not None:
+        cmd += ["--output-tokens", str(cfg.output_tokens)]
+    if cfg.served_model is not None:
+        cmd += ["--served-model", cfg.served_model]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline() if proc.stdout else ""  # "fake OpenAI server on <url>"
+        if not line.startswith("fake OpenAI server on "):
+            raise RuntimeError(f"fake server failed to start (exit {proc.poll()}): {line!r}")
+        yield SubprocessServer(proc, line.split(" on ", 1)[1].strip())
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: ``python -m servebench.testing.fake_openai_server --port 8000 [...]``."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port (printed)")
+    p.add_argument("--ttft-ms", type=float, default=0.0)
+    p.add_argument("--itl-ms", type=float, default=0.0)
+    p.add_argument("--output-tokens", type=int, default=None)
+    p.add_argument("--default-max-tokens", type=int, default=16)
+    p.add_argument("--tokens-per-chunk", type=int, default=1)
+    p.add_argument("--served-model", default=None)
+    a = p.parse_args(argv)
+    cfg = FakeServerConfig(ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000, output_tokens=a.output_tokens,
+                           default_max_tokens=a.default_max_tokens, tokens_per_chunk=a.tokens_per_chunk,
+                           served_model=a.served_model)
+
+    async def run() -> None:
+        server = FakeOpenAIServer(cfg)
+        await server.start(a.port)
+        print(f"fake OpenAI server on {server.url}", flush=True)
+        await asyncio.Event().wait()
+
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run())
+
+
+if __name__ == "__main__":
+    main()

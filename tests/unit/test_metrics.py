@@ -1,0 +1,172 @@
+"""Hand-computed checks of the canonical metric definitions in servebench.metrics."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from servebench.loadgen.records import RequestRecord
+from servebench.metrics import CellMetrics, Slo, ValidityChecks, compute_cell_metrics
+
+T0 = 1_700_000_000.0  # realistic epoch base: precision must survive large absolute times
+
+
+def rec(i: int, sent: float, chunks: list[float], done: float, *, out: int | None = None,
+        prompt: int | None = 10, prompt_req: int | None = None, out_req: int | None = None,
+        error: str | None = None, status: int = 200, model: str = "m", warmup: bool = False,
+        chunk_tokens: list[int] | None = None) -> RequestRecord:
+    """Record with times relative to T0 (seconds); usage ``out`` defaults to len(chunks)."""
+    return RequestRecord(
+        request_id=f"c:{i}", cell_id="c", scheduled_at=T0 + sent, sent_at=T0 + sent,
+        first_chunk_at=T0 + chunks[0] if chunks else None, done_at=T0 + done,
+        chunk_times=[T0 + c for c in chunks],
+        chunk_tokens=chunk_tokens if chunk_tokens is not None else [1] * len(chunks),
+        prompt_tokens_requested=prompt_req, prompt_tokens=prompt,
+        output_tokens_requested=out_req, output_tokens=len(chunks) if out is None else out,
+        http_status=status, error=error, served_model=model, warmup=warmup,
+        finish_reason="length",
+    )
+
+
+def test_tpot_excludes_first_token() -> None:
+    # TTFT 0.3 s, E2E 1.3 s, 11 tokens: TPOT = (1.3 - 0.3) / 10 = 100 ms
+    # (naive E2E/tokens = 118.2 ms, (E2E-TTFT)/tokens = 90.9 ms: both wrong).
+    chunks = [0.3 + 0.1 * k for k in range(11)]
+    m = compute_cell_metrics([rec(0, 0.0, chunks, 1.3)])
+    assert m.tpot_ms_mean == pytest.approx(100.0, abs=1e-3)
+    assert m.ttft_ms_p50 == pytest.approx(300.0, abs=1e-3)
+    assert m.e2e_ms_p99 == pytest.approx(1300.0, abs=1e-3)
+
+
+def test_tpot_undefined_for_single_token_and_uses_server_usage() -> None:
+    one = rec(0, 0.0, [0.2], 0.2)                       # 1 token: no TPOT sample
+    # server says 5 tokens in 2 chunks: TPOT = (1.0 - 0.2) / 4 = 200 ms
+    five = rec(1, 0.0, [0.2, 1.0], 1.0, out=5, chunk_tokens=[1, 4])
+    m = compute_cell_metrics([one, five])
+    assert m.tpot_ms_mean == pytest.approx(200.0, abs=1e-3)
+    assert m.tpot_ms_p99 == pytest.approx(200.0, abs=1e-3)
+
+
+def test_itl_pools_gaps_over_requests() -> None:
+    a = rec(0, 0.0, [0.1, 0.2, 0.4], 0.4)   # gaps 100, 200 ms
+    b = rec(1, 0.0, [1.0, 1.05], 1.05)      # gap 50 ms
+    m = compute_cell_metrics([a, b])
+    # pooled [50, 100, 200]: mean 116.67 (a mean of per-request means would say 100)
+    assert m.itl_ms_mean == pytest.approx(350.0 / 3, abs=1e-3)
+    assert m.itl_ms_p50 == pytest.approx(100.0, abs=1e-3)
+    assert m.itl_ms_p90 == pytest.approx(180.0, abs=1e-3)  # 100 + 0.8 * 100
+    assert m.itl_ms_p99 == pytest.approx(198.0, abs=1e-3)
+
+
+def test_percentiles_linear() -> None:
+    ttfts = [0.010, 0.020, 0.030, 0.040, 0.100]
+    recs = [rec(i, 0.0, [t, t + 0.01], t + 0.01) for i, t in enumerate(ttfts)]
+    m = compute_cell_metrics(recs)
+    assert m.ttft_ms_mean == pytest.approx(40.0, abs=1e-3)
+    assert m.ttft_ms_p50 == pytest.approx(30.0, abs=1e-3)
+    assert m.ttft_ms_p90 == pytest.approx(76.0, abs=1e-3)   # 40 + 0.6 * 60
+    assert m.ttft_ms_p95 == pytest.approx(88.0, abs=1e-3)   # 40 + 0.8 * 60
+    assert m.ttft_ms_p99 == pytest.approx(97.6, abs=1e-3)   # 40 + 0.96 * 60
+
+
+def test_throughput_counts_successes_over_window() -> None:
+    ok = [rec(i, 0.0, [0.5, 1.0, 1.5], 1.5, prompt=20) for i in range(4)]   # 3 output tokens each
+    bad = rec(9, 0.0, [], 0.1, out=0, error="HTTPStatusError: 503", status=503, prompt=None)
+    m = compute_cell_metrics([*ok, bad], window=(T0, T0 + 2.0))
+    assert (m.n_requests, m.n_ok, m.n_errors) == (5, 4, 1)
+    assert m.error_rate == pytest.approx(0.2)
+    assert m.duration_s == pytest.approx(2.0)
+    assert m.request_throughput == pytest.approx(2.0)        # 4 / 2 s
+    assert m.output_throughput == pytest.approx(6.0)         # 12 tokens / 2 s
+    assert m.total_throughput == pytest.approx(46.0)         # (12 + 80) / 2 s
+    assert m.output_tokens_mean == pytest.approx(3.0)
+    assert m.valid, m.invalid_reasons                        # errors are data, not invalidity
+
+
+def test_default_window_from_records_and_warmup_ignored() -> None:
+    warm = rec(0, -5.0, [-4.0], 100.0, warmup=True)          # would stretch the window
+    a = rec(1, 1.0, [1.5], 2.0)
+    b = rec(2, 1.5, [2.0], 3.0)
+    m = compute_cell_metrics([warm, a, b])
+    assert m.n_requests == 2
+    assert m.duration_s == pytest.approx(2.0)                 # 1.0 -> 3.0
+    assert m.request_throughput == pytest.approx(1.0)
+
+
+def test_goodput_with_slos() -> None:
+    # TTFT 10/20/30/40 ms; 11 tokens, decode 1 s (TPOT 100 ms) except r3: decode 2 s (200 ms)
+    recs = []
+    for i, ttft in enumerate([0.010, 0.020, 0.030, 0.040]):
+        decode = 2.0 if i == 3 else 1.0
+        chunks = [ttft + decode * k / 10 for k in range(11)]
+        recs.append(rec(i, 0.0, chunks, ttft + decode))
+    recs.append(rec(4, 0.0, [], 0.5, out=0, error="ReadTimeout: x", status=200))  # error: never good
+    w = (T0, T0 + 4.0)
+    assert compute_cell_metrics(recs, w).goodput == pytest.approx(1.0)          # no SLO: all ok
+    assert compute_cell_metrics(recs, w, slo=Slo(ttft_ms=25)).n_good == 2
+    assert compute_cell_metrics(recs, w, slo=Slo(ttft_ms=45)).n_good == 4
+    m = compute_cell_metrics(recs, w, slo=Slo(ttft_ms=45, tpot_ms=150))      # r3 fails TPOT only
+    assert m.n_good == 3 and m.goodput == pytest.approx(0.75)
+    assert compute_cell_metrics(recs, w, slo=Slo(e2e_ms=1025)).n_good == 2      # 1010, 1020 ms
+    assert compute_cell_metrics(recs, w, slo=Slo(tpot_ms=100.0001)).n_good == 3
+
+
+def test_empty_input_does_not_crash() -> None:
+    m = compute_cell_metrics([])
+    assert isinstance(m, CellMetrics)
+    assert m.n_requests == 0 and math.isnan(m.ttft_ms_p50) and math.isnan(m.request_throughput)
+    assert m.invalid_reasons == ["no measured requests"]
+    assert m.as_row()["valid"] is False
+
+
+def test_all_failed() -> None:
+    recs = [rec(i, 0.0, [], 1.0, out=None, prompt=None, error="ConnectError: refused", status=None)
+            for i in range(3)]
+    for r in recs:
+        r.http_status = None
+    m = compute_cell_metrics(recs)
+    assert m.n_ok == 0 and m.error_rate == 1.0
+    assert math.isnan(m.e2e_ms_mean) and math.isnan(m.itl_ms_p99)
+    assert m.request_throughput == 0.0 and m.goodput == 0.0
+    assert any("all 3 requests failed" in s and "ConnectError" in s for s in m.invalid_reasons)
+
+
+def test_invalid_reasons() -> None:
+    good = rec(0, 0.0, [0.1 * k for k in range(1, 9)], 0.8, out_req=8, prompt_req=12, prompt=14)
+    assert compute_cell_metrics([good], checks=ValidityChecks(exact_output_length=True,
+                                                              expected_model="m")).valid
+
+    short = rec(1, 0.0, [0.1, 0.2], 0.2, out_req=8)            # stopped early: 2 != 8
+    m = compute_cell_metrics([good, short], checks=ValidityChecks(exact_output_length=True))
+    assert any("1/2" in s and "requested exact length" in s for s in m.invalid_reasons)
+    assert compute_cell_metrics([good, short]).valid             # check off by default
+
+    lying = rec(2, 0.0, [0.1, 0.2, 0.3], 0.3, out=10)           # usage 10, 3 chunks
+    m = compute_cell_metrics([lying])
+    assert any("chunk count" in s for s in m.invalid_reasons)
+    assert compute_cell_metrics([lying], checks=ValidityChecks(chunk_rel_tolerance=None)).valid
+
+    prompt_off = rec(3, 0.0, [0.1], 0.1, prompt=500, prompt_req=100)
+    m = compute_cell_metrics([prompt_off])
+    assert any("prompt_tokens" in s for s in m.invalid_reasons)
+
+    other = rec(4, 0.0, [0.1], 0.1, model="other-model")
+    m = compute_cell_metrics([other], checks=ValidityChecks(expected_model="m"))
+    assert any("'other-model'" in s for s in m.invalid_reasons)
+
+    no_usage = rec(5, 0.0, [0.1, 0.2], 0.2)
+    no_usage.output_tokens = None
+    m = compute_cell_metrics([no_usage])
+    assert any("usage missing" in s for s in m.invalid_reasons)
+    assert m.output_tokens_mean == 2.0                           # fell back to chunk tokens
+
+
+def test_as_row_is_flat() -> None:
+    row = compute_cell_metrics([rec(0, 0.0, [0.1, 0.2], 0.2)]).as_row()
+    for key in ("ttft_ms_p50", "tpot_ms_p95", "itl_ms_p99", "e2e_ms_mean", "request_throughput",
+                "output_throughput", "total_throughput", "goodput", "n_requests", "n_ok",
+                "n_errors", "error_rate", "duration_s", "output_tokens_mean", "invalid_reasons"):
+        assert key in row
+    assert isinstance(row["invalid_reasons"], list)
+    assert all(not isinstance(v, dict) for v in row.values())
