@@ -1,0 +1,179 @@
+"""The run digest: Markdown for Slack/files and a compact fixed-width table for terminals.
+
+Both are plain string formatting over the ``cells`` table (see results.schema); missing columns
+and NaN/None values render as "-". Markdown tables are padded so they also read well as plain
+text (Slack shows them in a code block, see notify.slack).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+MISSING = "-"
+SORT_KEYS = ["target", "variant", "workload", "concurrency"]
+
+
+def _isnan(v: Any) -> bool:
+    if v is None or v is pd.NA or v is pd.NaT:
+        return True
+    try:
+        return math.isnan(v)
+    except TypeError:
+        return False
+
+
+def fmt_num(v: Any) -> str:
+    """Latency/throughput: 3 significant-ish digits, no noise ("1234", "56.7", "8.91")."""
+    if _isnan(v):
+        return MISSING
+    v = float(v)
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    if abs(v) >= 10:
+        return f"{v:.1f}"
+    return f"{v:.2f}"
+
+
+def fmt_pct(v: Any) -> str:
+    return MISSING if _isnan(v) else f"{100 * float(v):.1f}%"
+
+
+def fmt_int(v: Any) -> str:
+    return MISSING if _isnan(v) else str(int(v))
+
+
+def fmt_text(v: Any) -> str:
+    return MISSING if _isnan(v) or v == "" else str(v)
+
+
+def fmt_errors(row: dict) -> str:
+    n_err, n_req = row.get("n_errors"), row.get("n_requests")
+    if _isnan(n_err):
+        return MISSING
+    return f"{int(n_err)}/{int(n_req)}" if not _isnan(n_req) else str(int(n_err))
+
+
+def fmt_status(v: Any) -> str:
+    s = fmt_text(v)
+    return s if s in ("ok", MISSING) else s.upper()
+
+
+# (header, formatter over the row dict, right-aligned?)
+Column = tuple[str, Callable[[dict], str], bool]
+
+
+def _col(header: str, key: str, fmt: Callable[[Any], str], right: bool = True) -> Column:
+    return (header, lambda r: fmt(r.get(key)), right)
+
+
+METRIC_COLUMNS: list[Column] = [
+    _col("conc", "concurrency", fmt_int),
+    _col("TTFT p50", "ttft_ms_p50", fmt_num),
+    _col("TTFT p95", "ttft_ms_p95", fmt_num),
+    _col("TPOT p50", "tpot_ms_p50", fmt_num),
+    _col("TPOT p95", "tpot_ms_p95", fmt_num),
+    _col("out tok/s", "output_throughput", fmt_num),
+    ("errors", fmt_errors, True),
+    _col("accuracy", "accuracy", fmt_pct),
+    _col("status", "status", fmt_status, right=False),
+]
+DIGEST_COLUMNS: list[Column] = [
+    _col("variant", "variant", fmt_text, False),
+    _col("workload", "workload", fmt_text, False),
+    *METRIC_COLUMNS,
+]
+SUMMARY_COLUMNS: list[Column] = [_col("stack", "stack", fmt_text, False), *DIGEST_COLUMNS]
+
+
+def _records(cells: pd.DataFrame) -> list[dict]:
+    keys = [k for k in SORT_KEYS if k in cells.columns]
+    if keys:
+        cells = cells.sort_values(keys, na_position="last", kind="stable")
+    return cells.to_dict("records")
+
+
+def _render(columns: Sequence[Column], rows: list[dict], markdown: bool) -> str:
+    headers = [c[0] for c in columns]
+    body = [[c[1](r) for c in columns] for r in rows]
+    if markdown:
+        body = [[v.replace("|", "\\|") for v in line] for line in body]
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(headers)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if c[2] else v.ljust(w) for v, w, c in zip(values, widths, columns)]
+        return f"| {' | '.join(parts)} |" if markdown else "  ".join(parts).rstrip()
+
+    if markdown:
+        rule = "|" + "|".join(("-" * (w + 1) + ":") if c[2] else ("-" * (w + 2))
+                              for w, c in zip(widths, columns)) + "|"
+    else:
+        rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(v) for v in body)])
+
+
+def summary_table(cells: pd.DataFrame) -> str:
+    """Compact fixed-width table for a terminal, one line per cell."""
+    if cells.empty:
+        return "(no cells)"
+    return _render(SUMMARY_COLUMNS, _records(cells), markdown=False)
+
+
+def _one_line(text: Any, limit: int = 300) -> str:
+    s = " ".join(fmt_text(text).split())
+    return s if len(s) <= limit else s[: limit - 1] + "…"
+
+
+def _cell_label(r: dict) -> str:
+    parts = [fmt_text(r.get(k)) for k in ("target", "variant", "workload")]
+    return " / ".join(parts) + f" / c={fmt_int(r.get('concurrency'))}"
+
+
+def _header(run: dict, cells: pd.DataFrame, results_uri: str) -> list[str]:
+    sweep = fmt_text(run.get("sweep_name"))
+    date = fmt_text(run.get("run_date") or run.get("logical_date"))
+    sha = fmt_text(run.get("suite_git_sha"))
+    status = cells["status"].value_counts() if "status" in cells.columns else pd.Series(dtype=int)
+    counts = ", ".join(f"{s} {int(status.get(s, 0))}" for s in ("ok", "invalid", "failed"))
+    lines = [
+        f"# servebench digest: {sweep} ({date})",
+        "",
+        f"- **run**: `{fmt_text(run.get('run_id'))}`",
+        f"- **sweep**: {sweep}"
+        + (f" (`{run['sweep_file']}`)" if not _isnan(run.get("sweep_file")) else ""),
+        f"- **suite git sha**: `{sha[:12]}`",
+        f"- **hardware**: {fmt_text(run.get('hardware'))}",
+        f"- **cells**: {len(cells)} ({counts})",
+        f"- **results**: `{results_uri}`",
+    ]
+    return lines
+
+
+def render_digest(cells: pd.DataFrame, run: dict, results_uri: str) -> str:
+    """Markdown digest of one run: header, a table per target, then invalid/failed cells."""
+    out = _header(run, cells, results_uri)
+    records = _records(cells)
+    if not records:
+        return "\n".join(out + ["", "_No cells in this run._"]) + "\n"
+    out += ["", "_Latencies in ms; out tok/s over the measured window; "
+                "errors = failed/sent requests; accuracy on the golden set._"]
+    targets = list(dict.fromkeys(fmt_text(r.get("target")) for r in records))
+    for target in targets:
+        rows = [r for r in records if fmt_text(r.get("target")) == target]
+        first = rows[0]
+        about = ", ".join(
+            fmt_text(first.get(k)) for k in ("stack", "model", "engine_version")
+            if not _isnan(first.get(k))
+        )
+        out += ["", f"## {target}" + (f" ({about})" if about else ""), "",
+                _render(DIGEST_COLUMNS, rows, markdown=True)]
+    bad = [r for r in records if fmt_text(r.get("status")) != "ok"]
+    out += ["", "## Invalid and failed cells", ""]
+    if bad:
+        out += [f"- **{fmt_text(r.get('status'))}** `{_cell_label(r)}`: {_one_line(r.get('reason'))}"
+                for r in bad]
+    else:
+        out.append("None.")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,277 @@
+"""Versioned Arrow schemas for the four result tables, and row -> table conversion.
+
+Tables
+  runs      one row per DAG run (provenance + counts)
+  cells     one row per target x variant x workload x load point, failed/invalid cells included
+  requests  one row per request sent (raw timestamps, so any metric can be recomputed later)
+  evals     one row per golden-set item per target/variant
+
+Every table carries an int ``schema_version`` column (filled automatically) and the schema version
+in its metadata. Bump SCHEMA_VERSION when a column changes meaning or type; adding a nullable
+column is backwards compatible (readers fill it with null for older files).
+
+Conventions: timestamps are ``timestamp[us, UTC]`` (naive datetimes are taken as UTC); raw request
+times are float64 epoch seconds (what the load generator measures); ``run_date`` is date32.
+Nullable unless listed in REQUIRED.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+CELL_STATUSES = ("ok", "invalid", "failed")
+LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
+LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99")
+
+_TS = pa.timestamp("us", tz="UTC")
+_STR = pa.string()
+_F64 = pa.float64()
+_I32 = pa.int32()
+_I64 = pa.int64()
+
+
+def _f(name: str, type_: pa.DataType) -> pa.Field:
+    return pa.field(name, type_)
+
+
+def _base() -> list[pa.Field]:
+    return [_f("schema_version", _I32), _f("run_id", _STR), _f("run_date", pa.date32())]
+
+
+def _latency_fields() -> list[pa.Field]:
+    return [_f(f"{m}_{s}", _F64) for m in LATENCY_METRICS for s in LATENCY_STATS]
+
+
+RUNS = pa.schema(
+    _base()
+    + [
+        _f("logical_date", _TS),
+        _f("dag_id", _STR),
+        _f("sweep_name", _STR),
+        _f("sweep_file", _STR),
+        _f("sweep_hash", _STR),
+        _f("sampling_hash", _STR),
+        _f("sampling_json", _STR),
+        _f("suite_git_sha", _STR),
+        _f("hardware", _STR),
+        _f("started_at", _TS),
+        _f("finished_at", _TS),
+        _f("n_cells", _I64),
+        _f("n_ok", _I64),
+        _f("n_invalid", _I64),
+        _f("n_failed", _I64),
+        _f("spec_json", _STR),
+    ]
+)
+
+CELLS = pa.schema(
+    _base()
+    + [
+        _f("cell_id", _STR),
+        _f("target", _STR),
+        _f("stack", _STR),
+        _f("variant", _STR),
+        _f("model", _STR),
+        _f("quant", _STR),
+        _f("workload", _STR),
+        _f("load_mode", _STR),
+        _f("concurrency", _I32),
+        _f("status", _STR),
+        _f("reason", _STR),
+        _f("n_requests", _I64),
+        _f("n_ok", _I64),
+        _f("n_errors", _I64),
+        _f("error_rate", _F64),
+        _f("window_start", _F64),  # measured window, epoch seconds
+        _f("window_end", _F64),
+        _f("duration_s", _F64),
+        _f("request_throughput", _F64),
+        _f("output_throughput", _F64),
+        _f("total_throughput", _F64),
+        _f("goodput", _F64),
+        _f("n_good", _I64),  # requests that met every SLO below (goodput's numerator)
+        _f("slo_ttft_ms", _F64),
+        _f("slo_tpot_ms", _F64),
+        _f("slo_e2e_ms", _F64),
+        _f("output_tokens_requested", _I32),
+        _f("output_tokens_mean", _F64),
+        _f("prompt_tokens_mean", _F64),
+    ]
+    + _latency_fields()
+    + [
+        _f("accuracy", _F64),
+        _f("golden_set", _STR),
+        _f("engine", _STR),
+        _f("engine_version", _STR),
+        _f("launch_args", _STR),
+        _f("model_file_sha256", _STR),
+        _f("hardware", _STR),
+        _f("sampling_hash", _STR),
+        _f("price_per_hour", _F64),
+        _f("cost_per_1m_output_tokens", _F64),
+        _f("cost_per_1k_successes", _F64),
+        _f("prefix_cache_hit_rate", _F64),
+        _f("server_metrics_json", _STR),  # Prometheus deltas over the cell
+        _f("client_send_lag_ms_p99", _F64),  # the client's own lag: proof it kept up
+        _f("client_loop_lag_ms_p99", _F64),
+    ]
+)
+
+REQUESTS = pa.schema(
+    _base()
+    + [
+        _f("cell_id", _STR),
+        _f("request_id", _STR),
+        _f("warmup", pa.bool_()),
+        _f("scheduled_at", _F64),
+        _f("sent_at", _F64),
+        _f("first_chunk_at", _F64),
+        _f("done_at", _F64),
+        _f("chunk_times", pa.list_(_F64)),
+        _f("chunk_tokens", pa.list_(_I32)),
+        _f("prompt_tokens_requested", _I32),
+        _f("prompt_tokens", _I32),
+        _f("output_tokens_requested", _I32),
+        _f("output_tokens", _I32),
+        _f("finish_reason", _STR),
+        _f("http_status", _I32),
+        _f("error", _STR),
+        _f("served_model", _STR),
+    ]
+)
+
+EVALS = pa.schema(
+    _base()
+    + [
+        _f("target", _STR),
+        _f("stack", _STR),
+        _f("variant", _STR),
+        _f("golden_set", _STR),
+        _f("item_id", _STR),
+        _f("reference", _STR),
+        _f("answer", _STR),
+        _f("score", _F64),
+        _f("correct", pa.bool_()),
+        _f("latency_ms", _F64),
+        _f("finish_reason", _STR),
+        _f("error", _STR),
+    ]
+)
+
+# Columns that must be present and non-null in every row.
+REQUIRED: dict[str, tuple[str, ...]] = {
+    "runs": ("schema_version", "run_id", "run_date"),
+    "cells": ("schema_version", "run_id", "run_date", "cell_id", "target", "stack", "variant",
+              "workload", "status"),
+    "requests": ("schema_version", "run_id", "run_date", "cell_id", "request_id", "warmup"),
+    "evals": ("schema_version", "run_id", "run_date", "target", "variant", "golden_set", "item_id"),
+}
+
+
+def _finish(name: str, schema: pa.Schema) -> pa.Schema:
+    required = set(REQUIRED[name])
+    fields = [f.with_nullable(f.name not in required) for f in schema]
+    meta = {"servebench.table": name, "servebench.schema_version": str(SCHEMA_VERSION)}
+    return pa.schema(fields, metadata=meta)
+
+
+TABLES: dict[str, pa.Schema] = {
+    name: _finish(name, s)
+    for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS}.items()
+}
+RUNS, CELLS, REQUESTS, EVALS = (TABLES[n] for n in ("runs", "cells", "requests", "evals"))
+
+
+class SchemaError(ValueError):
+    """Rows that do not fit a result table."""
+
+
+def schema_for(table_name: str) -> pa.Schema:
+    try:
+        return TABLES[table_name]
+    except KeyError:
+        raise SchemaError(f"unknown table {table_name!r}; known: {sorted(TABLES)}") from None
+
+
+def _coerce(value: Any, type_: pa.DataType) -> Any:
+    """Accept ISO strings for date/timestamp columns (XCom round-trips turn dates into strings)."""
+    if isinstance(value, str):
+        if pa.types.is_date32(type_):
+            return dt.date.fromisoformat(value[:10])
+        if pa.types.is_timestamp(type_):
+            return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if pa.types.is_date32(type_) and isinstance(value, dt.datetime):
+        return value.date()
+    return value
+
+
+def _check_cells(rows: list[dict]) -> None:
+    for i, r in enumerate(rows):
+        status = r.get("status")
+        if status not in CELL_STATUSES:
+            raise SchemaError(f"cells row {i}: status {status!r} not in {CELL_STATUSES}")
+        if status != "ok" and not r.get("reason"):
+            raise SchemaError(f"cells row {i} ({r.get('cell_id')}): status {status!r} needs a reason")
+        if status == "ok" and r.get("reason") is not None:
+            raise SchemaError(f"cells row {i} ({r.get('cell_id')}): reason must be null when ok")
+
+
+def rows_to_table(table_name: str, rows: list[dict]) -> pa.Table:
+    """Build a table of ``table_name`` from dict rows.
+
+    Missing nullable columns become null, ``schema_version`` defaults to SCHEMA_VERSION; unknown
+    columns, missing required values and values of the wrong type raise SchemaError.
+    """
+    schema = schema_for(table_name)
+    known = set(schema.names)
+    required = REQUIRED[table_name]
+    out: list[dict] = []
+    for i, row in enumerate(rows):
+        unknown = sorted(set(row) - known)
+        if unknown:
+            raise SchemaError(
+                f"{table_name} row {i}: unknown column(s) {unknown}; "
+                f"add them to servebench.results.schema (and bump SCHEMA_VERSION if needed)"
+            )
+        r = {"schema_version": SCHEMA_VERSION, **row}
+        missing = [c for c in required if r.get(c) is None]
+        if missing:
+            raise SchemaError(f"{table_name} row {i}: required column(s) {missing} missing or null")
+        out.append({f.name: _coerce(r.get(f.name), f.type) for f in schema})
+    if table_name == "cells":
+        _check_cells(out)
+    try:
+        return pa.Table.from_pylist(out, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise SchemaError(f"{table_name}: a value does not fit the schema: {e}") from e
+
+
+def empty_table(table_name: str) -> pa.Table:
+    return schema_for(table_name).empty_table()
+
+
+def conform(table_name: str, table: pa.Table) -> pa.Table:
+    """Check a ready-made table against the schema (same columns, castable types) and cast it."""
+    schema = schema_for(table_name)
+    unknown = sorted(set(table.column_names) - set(schema.names))
+    if unknown:
+        raise SchemaError(f"{table_name}: unknown column(s) {unknown}")
+    cols = []
+    for f in schema:
+        if f.name in table.column_names:
+            cols.append(table.column(f.name).cast(f.type))
+        elif f.name == "schema_version":
+            cols.append(pa.array([SCHEMA_VERSION] * table.num_rows, f.type))
+        elif not f.nullable:
+            raise SchemaError(f"{table_name}: required column {f.name!r} missing")
+        else:
+            cols.append(pa.nulls(table.num_rows, f.type))
+    try:
+        return pa.Table.from_arrays(cols, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+        raise SchemaError(f"{table_name}: {e}") from e

@@ -1,0 +1,84 @@
+import numpy as np
+import pandas as pd
+
+from servebench.notify.digest import fmt_num, render_digest, summary_table
+
+RUN = dict(run_id="scheduled__2025-03-01T00:00:00+00:00", sweep_name="nightly",
+           suite_git_sha="0123456789abcdef", hardware="2 vCPU", run_date="2025-03-01")
+
+
+def cells():
+    return pd.DataFrame([
+        dict(target="cpu", stack="llama.cpp", model="tiny", variant="q8_0", workload="chat",
+             concurrency=4, status="ok", reason=None, ttft_ms_p50=12.345, ttft_ms_p95=40.0,
+             tpot_ms_p50=5.5, tpot_ms_p95=7.25, output_throughput=1234.5, n_errors=1,
+             n_requests=50, accuracy=0.875),
+        dict(target="cpu", stack="llama.cpp", model="tiny", variant="q8_0", workload="chat",
+             concurrency=1, status="ok", reason=None, ttft_ms_p50=8.0, ttft_ms_p95=9.0,
+             tpot_ms_p50=4.0, tpot_ms_p95=4.5, output_throughput=300.0, n_errors=0,
+             n_requests=50, accuracy=0.875),
+        dict(target="cpu", stack="llama.cpp", model="tiny", variant="q4_0", workload="chat",
+             concurrency=1, status="invalid", reason="finish_reason=stop on 12/50 requests",
+             ttft_ms_p50=np.nan, tpot_ms_p50=None, n_errors=np.nan, n_requests=50,
+             accuracy=np.nan),
+        dict(target="gpu", stack="vllm", model="tiny", variant="fp8", workload="chat",
+             concurrency=8, status="failed", reason="CUDA out of memory\nwhile loading"),
+    ])
+
+
+def table_rows(md, target):
+    section = md.split(f"## {target}")[1].split("\n## ")[0]
+    return [l for l in section.splitlines() if l.startswith("| ")]
+
+
+def test_header_and_tables_per_target():
+    md = render_digest(cells(), RUN, "s3://bench/servebench")
+    assert md.startswith("# servebench digest: nightly")
+    for s in (RUN["run_id"], "0123456789ab", "2 vCPU", "s3://bench/servebench",
+              "ok 2, invalid 1, failed 1"):
+        assert s in md
+    cpu = table_rows(md, "cpu")
+    assert "TTFT p50" in cpu[0] and "accuracy" in cpu[0] and "status" in cpu[0]
+    assert len(cpu) == 4  # header + 3 cells
+    # sorted by variant then concurrency: q4_0, q8_0 c=1, q8_0 c=4
+    assert "q4_0" in cpu[1] and "|    1 |" in cpu[2] and "|    4 |" in cpu[3]
+    c4 = [v.strip() for v in cpu[3].strip("|").split("|")]
+    assert c4 == ["q8_0", "chat", "4", "12.3", "40.0", "5.50", "7.25", "1,234", "1/50",
+                  "87.5%", "ok"]
+    assert len(table_rows(md, "gpu")) == 2
+
+
+def test_nan_shown_as_dash():
+    md = render_digest(cells(), RUN, "./data")
+    q4 = [v.strip() for v in table_rows(md, "cpu")[1].strip("|").split("|")]
+    assert q4[3:8] == ["-"] * 5 and q4[8] == "-" and q4[9] == "-"
+    assert "nan" not in md.lower() and "None" not in md
+    assert fmt_num(float("nan")) == "-" and fmt_num(None) == "-" and fmt_num(pd.NA) == "-"
+
+
+def test_invalid_section_lists_reasons():
+    md = render_digest(cells(), RUN, "./data")
+    bad = md.split("## Invalid and failed cells")[1]
+    assert "`cpu / q4_0 / chat / c=1`: finish_reason=stop on 12/50 requests" in bad
+    assert "**failed** `gpu / fp8 / chat / c=8`: CUDA out of memory while loading" in bad
+    assert "q8_0" not in bad
+
+
+def test_all_ok_and_empty():
+    ok = cells().iloc[:2]
+    assert "None." in render_digest(ok, RUN, "./data").split("## Invalid and failed cells")[1]
+    assert "No cells" in render_digest(pd.DataFrame(), {}, "./data")
+
+
+def test_summary_table_fixed_width():
+    text = summary_table(cells())
+    lines = text.splitlines()
+    assert lines[0].split() == ["stack", "variant", "workload", "conc", "TTFT", "p50", "TTFT",
+                                "p95", "TPOT", "p50", "TPOT", "p95", "out", "tok/s", "errors",
+                                "accuracy", "status"]
+    assert len(lines) == 2 + 4
+    # columns line up: every "conc" value ends where the header does
+    end = lines[0].index("conc") + len("conc")
+    assert all(l[end - 1].isdigit() for l in lines[2:])
+    assert "INVALID" in text and "FAILED" in text and "nan" not in text.lower()
+    assert summary_table(pd.DataFrame()) == "(no cells)"
