@@ -162,12 +162,16 @@ def _alive(pid: int) -> bool:
 
 
 def _terminate_group(pid: int, grace_s: float) -> None:
+    """SIGTERM the server's process group, SIGKILL it after ``grace_s``; then SIGKILL the
+    group once more so that no child that ignored SIGTERM outlives its leader."""
     for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, sig)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if not _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGKILL)
                 return
             time.sleep(0.1)
     if _alive(pid):
