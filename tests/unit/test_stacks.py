@@ -1,0 +1,86 @@
+"""Stack adapters: launch rendering and request dialect (every sampling knob explicit)."""
+
+import json
+
+import pytest
+
+from servebench.config import SamplingSpec, VariantSpec
+from servebench.settings import Settings
+from servebench.stacks import get_stack, known_stacks
+
+SAMPLING = SamplingSpec(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
+                        seed=7)
+MESSAGES = [{"role": "user", "content": "12+34="}]
+
+
+def test_registry_lists_known_on_unknown():
+    assert {"llama_cpp", "transformers"} <= set(known_stacks())
+    with pytest.raises(KeyError, match=r"unknown stack 'vlm'; known stacks: \["):
+        get_stack("vlm")
+
+
+def test_llama_cpp_launch(tmp_path):
+    settings = Settings(project_root=tmp_path, llama_bin=tmp_path / "bin")
+    variant = VariantSpec(name="q8", model="m/adder-q8_0.gguf", quant="q8_0", max_num_seqs=4,
+                          max_model_len=512, prefix_caching=False, extra_args=["--threads", "2"])
+    launch = get_stack("llama_cpp").local_launch(variant, host="127.0.0.1", port=8111,
+                                                 settings=settings)
+    argv = launch.argv
+    assert argv[0] == str(tmp_path / "bin" / "llama-server")
+    assert argv[argv.index("--model") + 1] == str(tmp_path / "m/adder-q8_0.gguf")
+    assert argv[argv.index("--parallel") + 1] == "4"
+    assert argv[argv.index("--ctx-size") + 1] == "2048"  # 4 slots x 512
+    assert "--no-cache-prompt" in argv and "--metrics" in argv and "--jinja" in argv
+    assert argv[-2:] == ["--threads", "2"]
+    assert launch.served_model == "adder-q8_0"
+    assert launch.metrics_path == "/metrics"
+
+
+def test_llama_cpp_body_sends_every_knob_and_forces_length():
+    variant = VariantSpec(name="f16", model="x.gguf", quant="f16")
+    body = get_stack("llama_cpp").chat_body(
+        served_model="x", messages=MESSAGES, sampling=SAMPLING, max_tokens=32,
+        force_length=True, variant=variant)
+    # llama-server defaults are top_k=40, min_p=0.05: both must be overridden
+    assert body["top_k"] == 0 and body["min_p"] == 0.0
+    assert body["ignore_eos"] is True and body["max_tokens"] == 32
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["seed"] == 7 and body["temperature"] == 0.0 and body["repeat_penalty"] == 1.0
+
+
+def test_llama_cpp_rejects_non_gguf_quant(tmp_path):
+    settings = Settings(project_root=tmp_path, llama_bin=tmp_path)
+    problems = get_stack("llama_cpp").check(
+        VariantSpec(name="a", model="m.safetensors", quant="awq"), settings)
+    assert any("not a GGUF type" in p for p in problems)
+    assert any("not a .gguf file" in p for p in problems)
+
+
+def test_transformers_launch_and_body(tmp_path):
+    model = tmp_path / "ckpt"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"pad_token_id": 2, "eos_token_id": 1}))
+    settings = Settings(project_root=tmp_path, stacks_venv=tmp_path / "venv")
+    variant = VariantSpec(name="f32", model="ckpt", quant="none", dtype="float32")
+    adapter = get_stack("transformers")
+    launch = adapter.local_launch(variant, host="127.0.0.1", port=8222, settings=settings)
+    assert launch.argv[:3] == [str(tmp_path / "venv/bin/transformers"), "serve", str(model)]
+    assert "--continuous-batching" in launch.argv
+    assert launch.argv[launch.argv.index("--dtype") + 1] == "float32"
+    assert launch.served_model == str(model)
+    body = adapter.chat_body(served_model=launch.served_model, messages=MESSAGES,
+                             sampling=SAMPLING, max_tokens=16, force_length=True, variant=variant)
+    gen = json.loads(body["generation_config"])
+    assert gen["eos_token_id"] == 2  # the pad id: the model never ends early
+    assert gen["do_sample"] is False and gen["max_new_tokens"] == 16
+    assert body["model"] == str(model) and body["seed"] == 7
+    free = adapter.chat_body(served_model=launch.served_model, messages=MESSAGES,
+                             sampling=SAMPLING, max_tokens=8, force_length=False, variant=variant)
+    assert "eos_token_id" not in json.loads(free["generation_config"])
+
+
+def test_transformers_rejects_gguf_quant(tmp_path):
+    settings = Settings(project_root=tmp_path, stacks_venv=tmp_path)
+    problems = get_stack("transformers").check(
+        VariantSpec(name="q", model="ckpt", quant="q4_k_m"), settings)
+    assert any("quant 'q4_k_m'" in p for p in problems)
