@@ -10,7 +10,7 @@ CACHE="${SERVEBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/servebench}"
 PYTHON="${PYTHON:-python3}"
 root="$CACHE/llama.cpp-$VERSION"
 bin="$root/build/bin"
-if [[ -x "$bin/llama-server" && -x "$bin/llama-quantize" && -f "$root/src/convert_hf_to_gguf.py" ]]; then
+if [[ -x "$bin/llama-server" && -x "$bin/llama-quantize" && -f "$bin/SOURCE" && -f "$root/src/convert_hf_to_gguf.py" ]]; then
   echo "llama.cpp $VERSION already built" >&2
   echo "$bin"; exit 0
 fi
@@ -25,4 +25,6 @@ cmake -S "$root/src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release \
   -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >&2
 cmake --build "$root/build" --config Release -j "$(nproc)" --target llama-server llama-quantize >&2
+# provenance: llama-server --version says "build 0, commit unknown" for a source tarball
+echo "llama-cpp-python==$VERSION sdist" > "$root/build/bin/SOURCE"
 echo "$bin"

@@ -103,5 +103,9 @@ class LlamaCppStack(StackAdapter):
         except (OSError, subprocess.TimeoutExpired):
             return "unknown"
         text = (out.stdout + out.stderr).strip().splitlines()
-        version = next((line for line in text if line.startswith("version")), None)
-        return version.removeprefix("version:").strip() if version else "unknown"
+        line = next((line for line in text if line.startswith("version")), None)
+        version = line.removeprefix("version:").strip() if line else "unknown"
+        source = settings.llama_bin / "SOURCE"  # written by scripts/build_llama_cpp.sh
+        if source.is_file():
+            version += f"; from {source.read_text().strip()}"
+        return version
