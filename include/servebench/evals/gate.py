@@ -1,0 +1,112 @@
+"""The quality gate: each variant against its target's baseline variant, item by item.
+
+Both variants answered the same golden items through the same sampling, so the comparison is
+paired. Three numbers decide:
+
+* accuracy with a Wilson score interval (95%), for reporting;
+* the exact McNemar test on the discordant items -- b items the baseline got right and the
+  variant wrong, c the reverse. Under "no difference" b ~ Binomial(b + c, 1/2); the two-sided
+  p-value is scipy's exact binomial test (McNemar 1947; exact form as in Fagerland et al. 2013).
+  Pairing is what makes a 200-item set sensitive: flips, not accuracy differences, carry it;
+* the relative floor (MLPerf's rule): variant accuracy >= ``floor`` x baseline accuracy.
+
+Verdict:
+  fail          a significant drop (p < alpha, b > c) that also breaks the floor;
+  pass          otherwise -- a drop that is not significant is noise, and a significant drop
+                that stays above the floor is within the agreed tolerance;
+  inconclusive  the evidence cannot be trusted: items do not pair up, or too many requests
+                failed on either side for the answers to mean anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from scipy.stats import binomtest
+
+DEFAULT_ALPHA = 0.01
+DEFAULT_FLOOR = 0.99
+MAX_ERROR_RATE = 0.05
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One golden item's result: correct or not, and whether the request itself failed."""
+
+    correct: bool
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    verdict: str  # pass | fail | inconclusive
+    reason: str
+    n_items: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    baseline_accuracy: float
+    relative: float  # accuracy / baseline_accuracy
+    worse: int  # b: baseline right, variant wrong
+    better: int  # c: baseline wrong, variant right
+    p_value: float
+    flipped_ids: list[str] = field(default_factory=list)  # the b items, sorted
+
+
+def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    if n == 0:
+        return float("nan"), float("nan")
+    ci = binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
+    return float(ci.low), float(ci.high)
+
+
+def mcnemar_exact(worse: int, better: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant counts."""
+    if worse + better == 0:
+        return 1.0
+    return float(binomtest(worse, worse + better, 0.5, alternative="two-sided").pvalue)
+
+
+def gate(
+    baseline: Mapping[str, Outcome],
+    variant: Mapping[str, Outcome],
+    *,
+    alpha: float = DEFAULT_ALPHA,
+    floor: float = DEFAULT_FLOOR,
+) -> GateVerdict:
+    """Judge ``variant`` against ``baseline``; both map golden item id -> outcome."""
+    ids = sorted(set(baseline) & set(variant))
+    n = len(ids)
+    correct = sum(variant[i].correct for i in ids)
+    base_correct = sum(baseline[i].correct for i in ids)
+    worse_ids = [i for i in ids if baseline[i].correct and not variant[i].correct]
+    better = sum(1 for i in ids if variant[i].correct and not baseline[i].correct)
+    accuracy = correct / n if n else float("nan")
+    base_acc = base_correct / n if n else float("nan")
+    relative = accuracy / base_acc if n and base_acc > 0 else float("nan")
+    low, high = wilson_interval(correct, n)
+    p = mcnemar_exact(len(worse_ids), better)
+
+    def verdict(kind: str, reason: str) -> GateVerdict:
+        return GateVerdict(kind, reason, n, accuracy, low, high, base_acc, relative,
+                           len(worse_ids), better, p, worse_ids)
+
+    unpaired = set(baseline) ^ set(variant)
+    if n == 0 or unpaired:
+        return verdict("inconclusive", f"{len(unpaired)} golden items not answered by both "
+                                       f"(paired {n})")
+    for name, side in (("baseline", baseline), ("variant", variant)):
+        errors = sum(side[i].error for i in ids)
+        if errors > MAX_ERROR_RATE * n:
+            return verdict("inconclusive", f"{errors}/{n} {name} requests failed")
+    significant_drop = p < alpha and len(worse_ids) > better
+    below_floor = not relative >= floor
+    if significant_drop and below_floor:
+        return verdict("fail", f"accuracy {accuracy:.3f} vs baseline {base_acc:.3f} "
+                               f"({relative:.1%} < floor {floor:.0%}); {len(worse_ids)} items "
+                               f"flipped to wrong, {better} to right, McNemar p={p:.2g}")
+    if below_floor:
+        return verdict("pass", f"below the {floor:.0%} floor ({relative:.1%}) but not "
+                               f"significant (McNemar p={p:.2g} >= {alpha}): noise")
+    return verdict("pass", f"{relative:.1%} of baseline accuracy (floor {floor:.0%})")

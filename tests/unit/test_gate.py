@@ -1,0 +1,93 @@
+"""The quality gate on constructed outcomes, and its statistics against independent formulas."""
+
+import math
+import random
+
+import pytest
+from scipy.stats import binom, norm
+
+from servebench.evals.gate import Outcome, gate, mcnemar_exact, wilson_interval
+
+
+def _outcomes(flags, errors=()):
+    return {f"i{k:03d}": Outcome(bool(v), k in errors) for k, v in enumerate(flags)}
+
+
+@pytest.mark.parametrize("worse,better", [(0, 0), (1, 0), (5, 1), (12, 3), (26, 2), (7, 7)])
+def test_mcnemar_exact_matches_the_binomial_formula(worse, better):
+    # two-sided exact McNemar: 2 * P(X <= min(b, c)), X ~ Bin(b + c, 1/2), capped at 1
+    n = worse + better
+    want = 1.0 if n == 0 else min(1.0, 2 * binom.cdf(min(worse, better), n, 0.5))
+    assert mcnemar_exact(worse, better) == pytest.approx(want, rel=1e-9)
+
+
+def test_mcnemar_known_table():
+    # b=12, c=3 (a textbook-sized table): exact two-sided p = 0.03516
+    assert mcnemar_exact(12, 3) == pytest.approx(0.0351563, abs=1e-6)
+
+
+@pytest.mark.parametrize("k,n", [(0, 10), (96, 100), (191, 200), (50, 50)])
+def test_wilson_matches_closed_form(k, n):
+    z = norm.ppf(0.975)
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    low, high = wilson_interval(k, n)
+    assert low == pytest.approx(centre - half, abs=1e-9)
+    assert high == pytest.approx(centre + half, abs=1e-9)
+
+
+def test_harsh_quant_drop_fails_with_flipped_ids():
+    rng = random.Random(0)
+    base = [1] * 192 + [0] * 8  # 0.96
+    variant = list(base)
+    flip = rng.sample(range(192), 28)  # 28 right answers turn wrong, 2 wrong turn right
+    for k in flip:
+        variant[k] = 0
+    variant[195] = variant[196] = 1
+    verdict = gate(_outcomes(base), _outcomes(variant))
+    assert verdict.verdict == "fail"
+    assert verdict.worse == 28 and verdict.better == 2
+    assert verdict.flipped_ids == sorted(f"i{k:03d}" for k in flip)
+    assert verdict.p_value < 1e-5
+    assert verdict.relative < 0.9
+
+
+def test_pure_noise_passes():
+    # symmetric random flips on both sides: accuracies differ by chance, no real drop
+    rng = random.Random(1)
+    base = [int(rng.random() < 0.9) for _ in range(200)]
+    variant = list(base)
+    for k in rng.sample(range(200), 10):
+        variant[k] = 1 - variant[k]
+    verdict = gate(_outcomes(base), _outcomes(variant))
+    assert verdict.verdict == "pass", verdict.reason
+    assert verdict.p_value > 0.01
+
+
+def test_noise_that_dips_below_the_floor_still_passes():
+    base = [1] * 180 + [0] * 20  # 0.90
+    variant = list(base)
+    variant[0] = variant[1] = variant[2] = 0  # 3 flips to wrong, 0.885 = 98.3% < 99%
+    verdict = gate(_outcomes(base), _outcomes(variant))
+    assert verdict.relative < 0.99
+    assert verdict.verdict == "pass" and "noise" in verdict.reason
+
+
+def test_significant_but_within_floor_passes():
+    base = [1] * 5000 + [0] * 0
+    variant = [1] * 5000
+    for k in range(30):  # 0.6% drop, significant on 5000 items, but 99.4% >= 99%
+        variant[k] = 0
+    verdict = gate(_outcomes(base), _outcomes(variant))
+    assert verdict.p_value < 0.01 and verdict.relative >= 0.99
+    assert verdict.verdict == "pass"
+
+
+def test_unpaired_items_or_many_errors_are_inconclusive():
+    base = _outcomes([1] * 100)
+    short = dict(list(_outcomes([1] * 100).items())[:90])
+    assert gate(base, short).verdict == "inconclusive"
+    errored = _outcomes([0] * 10 + [1] * 90, errors=set(range(10)))
+    verdict = gate(base, errored)
+    assert verdict.verdict == "inconclusive" and "requests failed" in verdict.reason
