@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from servebench.config import SpecError
-from servebench.notify.digest import summary_table
+from servebench.notify.digest import gate_lines, summary_table
 from servebench.settings import get_settings
 
 
@@ -42,6 +42,11 @@ def _summary(args: argparse.Namespace) -> int:
     print(f"run {run_id}  sweep {run['sweep_name']}  git {str(run['suite_git_sha'])[:10]}")
     print(f"hardware: {run['hardware']}")
     print(summary_table(cells))
+    gates = gate_lines(cells)
+    if gates:
+        print("\nquality gate (golden set, same endpoint and sampling):")
+        for line in gates:
+            print("  " + line)
     print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
     print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals)")
     digests = store.find(f"digests/date={run['run_date']}")

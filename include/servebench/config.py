@@ -90,6 +90,13 @@ class GoldenSetRef(_Strict):
     concurrency: int = Field(4, gt=0)
 
 
+class GateSpec(_Strict):
+    """Quality gate: a variant fails on a significant drop below ``floor`` x baseline."""
+
+    alpha: float = Field(0.01, gt=0, lt=1, description="significance of the exact McNemar test")
+    floor: float = Field(0.99, gt=0, le=1, description="minimum accuracy relative to baseline")
+
+
 class VariantSpec(_Strict):
     """One way of serving a target's model; shared by every stack adapter."""
 
@@ -135,6 +142,7 @@ class SweepSpec(_Strict):
     workloads: list[Workload] = Field(min_length=1)
     load: LoadPoints
     golden_sets: list[GoldenSetRef] = Field(default_factory=list)
+    gate: GateSpec = GateSpec()
     targets: list[TargetSpec] = Field(min_length=1)
 
     @model_validator(mode="after")

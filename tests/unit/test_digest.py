@@ -44,7 +44,7 @@ def test_header_and_tables_per_target():
     assert "q4_0" in cpu[1] and "|    1 |" in cpu[2] and "|    4 |" in cpu[3]
     c4 = [v.strip() for v in cpu[3].strip("|").split("|")]
     assert c4 == ["q8_0", "chat", "4", "12.3", "40.0", "5.50", "7.25", "1,234", "1/50",
-                  "87.5%", "ok"]
+                  "87.5%", "-", "ok"]
     assert len(table_rows(md, "gpu")) == 2
 
 
@@ -75,10 +75,26 @@ def test_summary_table_fixed_width():
     lines = text.splitlines()
     assert lines[0].split() == ["stack", "variant", "workload", "conc", "TTFT", "p50", "TTFT",
                                 "p95", "TPOT", "p50", "TPOT", "p95", "out", "tok/s", "errors",
-                                "accuracy", "status"]
+                                "accuracy", "gate", "status"]
     assert len(lines) == 2 + 4
     # columns line up: every "conc" value ends where the header does
     end = lines[0].index("conc") + len("conc")
     assert all(l[end - 1].isdigit() for l in lines[2:])
     assert "INVALID" in text and "FAILED" in text and "nan" not in text.lower()
     assert summary_table(pd.DataFrame()) == "(no cells)"
+
+
+def test_gate_section_lists_verdicts_and_flipped_items():
+    frame = cells()
+    frame["gate_verdict"] = ["fail", "fail", "baseline", None]
+    frame["gate_baseline"] = "q8_0"
+    frame["gate_reason"] = "accuracy 0.830 vs baseline 0.960; McNemar p=1e-06"
+    frame["gate_flipped_ids"] = [[f"add-{i:04d}" for i in range(12)]] * 4
+    frame["accuracy_ci_low"], frame["accuracy_ci_high"] = 0.8, 0.9
+    md = render_digest(frame, RUN, "./data")
+    section = md.split("## Quality gate")[1].split("##")[0]
+    fail = next(line for line in section.splitlines() if line.startswith("- FAIL"))
+    assert "vs q8_0: accuracy 0.830 vs baseline 0.960" in fail
+    assert "flipped: add-0000" in fail and "add-0009" in fail and "(+2 more)" in fail
+    assert "add-0010" not in fail
+    assert "BASELINE" in section

@@ -110,3 +110,43 @@ def gate(
         return verdict("pass", f"below the {floor:.0%} floor ({relative:.1%}) but not "
                                f"significant (McNemar p={p:.2g} >= {alpha}): noise")
     return verdict("pass", f"{relative:.1%} of baseline accuracy (floor {floor:.0%})")
+
+
+def gate_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
+    """Gate every variant of every target against its baseline on the target's first golden
+    set; returns the cells-table gate columns keyed by (target, variant)."""
+    answers: dict[tuple[str, str], dict[str, Outcome]] = {}
+    for target in spec.targets:
+        if not target.golden_sets:
+            continue
+        headline = target.golden_sets[0]
+        for row in evals:
+            if row["target"] == target.name and row["golden_set"] == headline:
+                answers.setdefault((target.name, row["variant"]), {})[row["item_id"]] = Outcome(
+                    bool(row["correct"]), row.get("error") is not None)
+    columns: dict[tuple[str, str], dict] = {}
+    for target in spec.targets:
+        baseline = target.baseline or target.variants[0].name
+        base = answers.get((target.name, baseline))
+        for variant in target.variants:
+            key = (target.name, variant.name)
+            mine = answers.get(key)
+            col: dict = {"gate_baseline": baseline}
+            if mine:
+                correct = sum(o.correct for o in mine.values())
+                col["accuracy_ci_low"], col["accuracy_ci_high"] = wilson_interval(
+                    correct, len(mine))
+            if not target.golden_sets:
+                col.update(gate_verdict="inconclusive", gate_reason="target has no golden set")
+            elif variant.name == baseline:
+                col.update(gate_verdict="baseline", gate_reason="the reference variant")
+            elif not base or not mine:
+                missing = "baseline" if not base else "variant"
+                col.update(gate_verdict="inconclusive",
+                           gate_reason=f"no golden-set results for the {missing}")
+            else:
+                v = gate(base, mine, alpha=spec.gate.alpha, floor=spec.gate.floor)
+                col.update(gate_verdict=v.verdict, gate_reason=v.reason, gate_p_value=v.p_value,
+                           gate_relative=v.relative, gate_flipped_ids=v.flipped_ids)
+            columns[key] = col
+    return columns

@@ -78,6 +78,7 @@ METRIC_COLUMNS: list[Column] = [
     _col("out tok/s", "output_throughput", fmt_num),
     ("errors", fmt_errors, True),
     _col("accuracy", "accuracy", fmt_pct),
+    _col("gate", "gate_verdict", fmt_text, right=False),
     _col("status", "status", fmt_status, right=False),
 ]
 DIGEST_COLUMNS: list[Column] = [
@@ -119,6 +120,30 @@ def summary_table(cells: pd.DataFrame) -> str:
     if cells.empty:
         return "(no cells)"
     return _render(SUMMARY_COLUMNS, _records(cells), markdown=False)
+
+
+def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
+    """One line per gated variant: verdict, accuracy with its interval, reason, flipped items."""
+    if cells.empty or "gate_verdict" not in cells.columns:
+        return []
+    lines = []
+    first = cells.drop_duplicates(["target", "variant"]).to_dict("records")
+    for r in first:
+        if _isnan(r.get("gate_verdict")):
+            continue
+        acc = (f"{fmt_pct(r.get('accuracy'))} [{fmt_pct(r.get('accuracy_ci_low'))}, "
+               f"{fmt_pct(r.get('accuracy_ci_high'))}]")
+        line = (f"{fmt_text(r.get('gate_verdict')).upper()} {r['target']}/{r['variant']}: "
+                f"accuracy {acc}")
+        if r.get("gate_verdict") != "baseline":
+            line += f" vs {fmt_text(r.get('gate_baseline'))}: {_one_line(r.get('gate_reason'))}"
+        flipped = r.get("gate_flipped_ids")
+        if flipped is not None and len(flipped):
+            shown = ", ".join(list(flipped)[:max_ids])
+            more = len(flipped) - max_ids
+            line += f"; flipped: {shown}" + (f" (+{more} more)" if more > 0 else "")
+        lines.append(line)
+    return lines
 
 
 def _one_line(text: Any, limit: int = 300) -> str:
@@ -169,6 +194,9 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str) -> str:
         )
         out += ["", f"## {target}" + (f" ({about})" if about else ""), "",
                 _render(DIGEST_COLUMNS, rows, markdown=True)]
+    gates = gate_lines(cells)
+    if gates:
+        out += ["", "## Quality gate", ""] + [f"- {line}" for line in gates]
     bad = [r for r in records if fmt_text(r.get("status")) != "ok"]
     out += ["", "## Invalid and failed cells", ""]
     if bad:

@@ -106,6 +106,14 @@ CELLS = pa.schema(
     + [
         _f("accuracy", _F64),
         _f("golden_set", _STR),
+        _f("accuracy_ci_low", _F64),  # Wilson 95%
+        _f("accuracy_ci_high", _F64),
+        _f("gate_baseline", _STR),  # the variant this one was gated against
+        _f("gate_verdict", _STR),  # pass | fail | inconclusive | baseline
+        _f("gate_reason", _STR),
+        _f("gate_p_value", _F64),  # exact McNemar on the flipped items
+        _f("gate_relative", _F64),  # accuracy / baseline accuracy
+        _f("gate_flipped_ids", pa.list_(_STR)),  # items right on the baseline, wrong here
         _f("engine", _STR),
         _f("engine_version", _STR),
         _f("launch_args", _STR),
