@@ -29,6 +29,7 @@ from servebench.tokenize import FileTokenizer, ServerTokenizer, Tokenizer
 from servebench.workloads import TEMPLATE_OVERHEAD_MAX, build_prompts
 
 log = logging.getLogger(__name__)
+logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
 
 # a cell whose client fell this far behind its own schedule measured the client, not the server
 CLIENT_LAG_BOUND_MS = 50.0

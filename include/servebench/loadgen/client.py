@@ -179,11 +179,24 @@ async def send_streaming(
     if on_sent is not None:
         on_sent(rec)
     try:
-        if deadline_s is None:
-            await _consume(client, url, kwargs, state, clock)
-        else:
-            async with asyncio.timeout(deadline_s):
-                await _consume(client, url, kwargs, state, clock)
+        for attempt in range(2):
+            try:
+                if deadline_s is None:
+                    await _consume(client, url, kwargs, state, clock)
+                else:
+                    async with asyncio.timeout(deadline_s):
+                        await _consume(client, url, kwargs, state, clock)
+                break
+            except httpx.RemoteProtocolError as exc:
+                # A pooled keep-alive connection that the server closed as we reused it
+                # (llama.cpp's server does this after streamed responses): nothing was sent
+                # back, so the server never started the request. Retry once on a fresh
+                # connection, timed from the retry, as every HTTP client does; anything else
+                # -- or a second failure -- is the server's and is recorded.
+                stale = rec.http_status is None and "without sending a response" in str(exc)
+                if attempt or not stale:
+                    raise
+                rec.sent_at = clock.now()
     except TimeoutError:
         # asyncio.timeout raises the builtin TimeoutError; httpx timeouts are HTTPError.
         state.error = state.error or f"DeadlineExceeded: request exceeded {deadline_s} s"

@@ -150,6 +150,8 @@ REQUESTS = pa.schema(
         _f("http_status", _I32),
         _f("error", _STR),
         _f("served_model", _STR),
+        _f("ok", pa.bool_()),  # HTTP 2xx and no transport/stream error
+        _f("output_text", _STR),  # what was generated, kept so answers can be audited
     ]
 )
 
