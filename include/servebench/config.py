@@ -97,6 +97,57 @@ class GateSpec(_Strict):
     floor: float = Field(0.99, gt=0, le=1, description="minimum accuracy relative to baseline")
 
 
+class SpeculativeSpec(_Strict):
+    """Speculative decoding for one variant; each adapter maps it to its engine's own knobs.
+
+    ``draft``: a separate small draft model; ``ngram``: prompt lookup (no model);
+    ``eagle``/``eagle3``: an EAGLE head (``draft_model``); ``mtp``: the model's own
+    multi-token-prediction layers; ``medusa``: Medusa heads. Engines that lack a method say so
+    in their plan-time ``check``.
+    """
+
+    method: Literal["draft", "ngram", "eagle", "eagle3", "mtp", "medusa"]
+    draft_model: str | None = Field(None, description="draft model / EAGLE or Medusa head")
+    num_speculative_tokens: int = Field(4, ge=1, le=64)
+    ngram_min: int | None = Field(None, ge=1, description="ngram: shortest prompt match")
+    ngram_max: int | None = Field(None, ge=1, description="ngram: longest prompt match")
+
+    @model_validator(mode="after")
+    def _check_method(self) -> SpeculativeSpec:
+        if self.method in ("draft", "eagle", "eagle3") and not self.draft_model:
+            raise ValueError(f"method {self.method!r} needs draft_model")
+        if self.method == "ngram" and self.draft_model:
+            raise ValueError("method 'ngram' uses no draft_model")
+        if self.method != "ngram" and (self.ngram_min or self.ngram_max):
+            raise ValueError("ngram_min/ngram_max apply to method 'ngram' only")
+        if self.ngram_min and self.ngram_max and self.ngram_min > self.ngram_max:
+            raise ValueError(f"ngram_min {self.ngram_min} > ngram_max {self.ngram_max}")
+        return self
+
+
+class EndpointSpec(_Strict):
+    """A hosted OpenAI-compatible API (stack ``openai_api``): nothing is launched.
+
+    The base URL and key come from an Airflow connection (``conn_id``: host = base URL,
+    password = API key) or, without one, from ``base_url`` and the environment variable named
+    by ``api_key_env``. Keys never appear in the spec. ``dialect`` says what the provider
+    accepts beyond the OpenAI schema: ``openai`` (only OpenAI fields; output length cannot be
+    forced) or ``vllm`` (vLLM-style extras: top_k, min_p, repetition_penalty, ignore_eos,
+    min_tokens - e.g. a provider that fronts vLLM).
+    """
+
+    base_url: str | None = Field(None, description="e.g. https://api.openai.com/v1")
+    conn_id: str | None = Field(None, description="Airflow connection with host and password")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="env var holding the key")
+    dialect: Literal["openai", "vllm"] = "openai"
+
+    @model_validator(mode="after")
+    def _check_source(self) -> EndpointSpec:
+        if not self.base_url and not self.conn_id:
+            raise ValueError("set base_url or conn_id")
+        return self
+
+
 class VariantSpec(_Strict):
     """One way of serving a target's model; shared by every stack adapter."""
 
@@ -108,7 +159,18 @@ class VariantSpec(_Strict):
     max_num_seqs: int = Field(4, gt=0, description="concurrent sequences (llama.cpp -np)")
     max_model_len: int = Field(4096, gt=0)
     prefix_caching: bool = True
+    threads: int | None = Field(
+        None, gt=0, description="CPU threads the engine may use (None: its default); on a "
+        "shared host leave cores to the load generator")
     extra_args: list[str] = Field(default_factory=list)
+    # GPU engines (vllm, sglang, tgi, trtllm); llama_cpp and transformers ignore these
+    kv_cache_dtype: str | None = Field(None, description="auto, fp8, fp8_e4m3, fp8_e5m2, ...")
+    max_num_batched_tokens: int | None = Field(None, gt=0, description="tokens per step")
+    tensor_parallel_size: int = Field(1, ge=1, le=64)
+    speculative: SpeculativeSpec | None = None
+    image: str | None = Field(None, description="container image override (provisioned hosts)")
+    gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+    endpoint: EndpointSpec | None = Field(None, description="hosted API (stack openai_api)")
 
 
 class TargetSpec(_Strict):

@@ -22,7 +22,8 @@ def test_registry_lists_known_on_unknown():
 def test_llama_cpp_launch(tmp_path):
     settings = Settings(project_root=tmp_path, llama_bin=tmp_path / "bin")
     variant = VariantSpec(name="q8", model="m/adder-q8_0.gguf", quant="q8_0", max_num_seqs=4,
-                          max_model_len=512, prefix_caching=False, extra_args=["--threads", "2"])
+                          max_model_len=512, prefix_caching=False, threads=1,
+                          extra_args=["--batch-size", "256"])
     launch = get_stack("llama_cpp").local_launch(variant, host="127.0.0.1", port=8111,
                                                  settings=settings)
     argv = launch.argv
@@ -31,7 +32,8 @@ def test_llama_cpp_launch(tmp_path):
     assert argv[argv.index("--parallel") + 1] == "4"
     assert argv[argv.index("--ctx-size") + 1] == "2048"  # 4 slots x 512
     assert "--no-cache-prompt" in argv and "--metrics" in argv and "--jinja" in argv
-    assert argv[-2:] == ["--threads", "2"]
+    assert argv[argv.index("--threads") + 1] == "1"
+    assert argv[-2:] == ["--batch-size", "256"]
     assert launch.served_model == "adder-q8_0"
     assert launch.metrics_path == "/metrics"
 
@@ -61,9 +63,10 @@ def test_transformers_launch_and_body(tmp_path):
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"pad_token_id": 2, "eos_token_id": 1}))
     settings = Settings(project_root=tmp_path, stacks_venv=tmp_path / "venv")
-    variant = VariantSpec(name="f32", model="ckpt", quant="none", dtype="float32")
+    variant = VariantSpec(name="f32", model="ckpt", quant="none", dtype="float32", threads=1)
     adapter = get_stack("transformers")
     launch = adapter.local_launch(variant, host="127.0.0.1", port=8222, settings=settings)
+    assert launch.env["OMP_NUM_THREADS"] == "1"
     assert launch.argv[:3] == [str(tmp_path / "venv/bin/transformers"), "serve", str(model)]
     assert "--continuous-batching" in launch.argv
     assert launch.argv[launch.argv.index("--dtype") + 1] == "float32"

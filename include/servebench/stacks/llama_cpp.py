@@ -65,6 +65,7 @@ class LlamaCppStack(StackAdapter):
             "--jinja",  # chat template from the GGUF, as the model was trained
             "--no-webui",
             "--cache-prompt" if variant.prefix_caching else "--no-cache-prompt",
+            *(["--threads", str(variant.threads)] if variant.threads else []),
             *variant.extra_args,
         ]
         return LaunchSpec(argv=argv, served_model=served)

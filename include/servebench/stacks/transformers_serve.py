@@ -82,8 +82,9 @@ class TransformersServeStack(StackAdapter):
             "--log-level", "warning",
             *variant.extra_args,
         ]
-        # two cores: keep torch from oversubscribing the host the client also runs on
-        env = {"OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env = {"TOKENIZERS_PARALLELISM": "false"}
+        if variant.threads:  # torch's intra-op pool
+            env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(variant.threads)
         return LaunchSpec(argv=argv, served_model=model, metrics_path=None, env=env)
 
     def chat_body(
