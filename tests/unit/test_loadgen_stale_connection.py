@@ -55,7 +55,13 @@ def _serve(answer: bool):
 
 
 def _stop(loop, box):
-    loop.call_soon_threadsafe(box["server"].close)
+    async def shutdown():
+        box["server"].close()
+        for task in asyncio.all_tasks():
+            if task is not asyncio.current_task():
+                task.cancel()
+
+    asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
 
 
 def test_closed_connections_are_retried_once():

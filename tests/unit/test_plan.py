@@ -64,7 +64,8 @@ def test_unknown_stack_lists_known(tmp_path):
         d["targets"][1]["stack"] = "tgi-typo"
 
     with pytest.raises(PlanError, match=r"targets\[1\].*stack: unknown stack 'tgi-typo'; "
-                                        r"known stacks: \['llama_cpp', 'transformers'\]"):
+                                        r"known stacks: \['llama_cpp', 'openai_api', 'sglang', "
+                                        r"'tgi', 'transformers', 'trtllm', 'vllm'\]"):
         plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
 
 

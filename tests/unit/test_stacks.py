@@ -61,7 +61,8 @@ def test_llama_cpp_rejects_non_gguf_quant(tmp_path):
 def test_transformers_launch_and_body(tmp_path):
     model = tmp_path / "ckpt"
     model.mkdir()
-    (model / "config.json").write_text(json.dumps({"pad_token_id": 2, "eos_token_id": 1}))
+    (model / "config.json").write_text(json.dumps({"pad_token_id": 2, "eos_token_id": 1,
+                                                   "bos_token_id": 3}))
     settings = Settings(project_root=tmp_path, stacks_venv=tmp_path / "venv")
     variant = VariantSpec(name="f32", model="ckpt", quant="none", dtype="float32", threads=1)
     adapter = get_stack("transformers")
@@ -75,11 +76,14 @@ def test_transformers_launch_and_body(tmp_path):
                              sampling=SAMPLING, max_tokens=16, force_length=True, variant=variant)
     gen = json.loads(body["generation_config"])
     assert gen["eos_token_id"] == 2  # the pad id: the model never ends early
+    assert gen["pad_token_id"] == 2
     assert gen["do_sample"] is False and gen["max_new_tokens"] == 16
     assert body["model"] == str(model) and body["seed"] == 7
     free = adapter.chat_body(served_model=launch.served_model, messages=MESSAGES,
                              sampling=SAMPLING, max_tokens=8, force_length=False, variant=variant)
-    assert "eos_token_id" not in json.loads(free["generation_config"])
+    # unforced: the checkpoint's own ids travel with the config, or the model never stops
+    assert json.loads(free["generation_config"])["eos_token_id"] == 1
+    assert json.loads(free["generation_config"])["bos_token_id"] == 3
 
 
 def test_transformers_rejects_gguf_quant(tmp_path):

@@ -8,8 +8,10 @@ an exact output length. Adding a stack is one new module that registers itself.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import ClassVar
 
 from servebench.config import SamplingSpec, VariantSpec
@@ -27,12 +29,60 @@ class LaunchSpec:
     env: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ContainerLaunch:
+    """How to start one variant in a container on a provisioned GPU host.
+
+    ``command`` is appended to ``entrypoint`` (``None`` keeps the image's own). ``ports`` maps
+    container port -> host port; ``volumes`` host path -> container path; ``files`` are
+    container path -> text that the provisioner writes on the host and mounts read-only
+    (e.g. TensorRT-LLM's extra options YAML). Secrets (HF_TOKEN, API keys) are never put in
+    ``env`` here: the provisioner injects them from its own secret store.
+    """
+
+    image: str
+    command: list[str]
+    served_model: str
+    port: int  # the port the server listens on inside the container
+    entrypoint: list[str] | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    ports: dict[int, int] = field(default_factory=dict)
+    gpus: int = 1
+    shm_size: str | None = "16g"
+    volumes: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)
+    health_path: str = "/health"
+    metrics_path: str | None = "/metrics"
+
+    @property
+    def argv(self) -> list[str]:
+        """The full command line inside the container, for provenance."""
+        return [*(self.entrypoint or []), *self.command]
+
+
+@dataclass(frozen=True)
+class StaticEndpoint:
+    """An already-running OpenAI-compatible server (a hosted API): nothing to launch."""
+
+    base_url: str  # up to, not including, the chat path (e.g. https://api.openai.com)
+    served_model: str
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold a key
+    chat_path: str = "/v1/chat/completions"
+
+
 class StackAdapter(ABC):
     """A serving stack: launch rendering, request dialect and plan-time checks."""
 
     name: ClassVar[str]
     engine: ClassVar[str]  # what provenance calls it
     chat_path: ClassVar[str] = "/v1/chat/completions"
+    # whether ``chat_body(force_length=True)`` really yields exactly max_tokens tokens
+    can_force_length: ClassVar[bool] = True
+    # False where forced tokens may be special ones the server does not stream as text
+    # (transformers serve): usage still proves the length, but chunks undercount it.
+    forced_tokens_stream_as_text: ClassVar[bool] = True
+    # Prometheus sample names the stack exports, by role (prefix_cache_hits, ...), for telemetry
+    server_metrics: ClassVar[dict[str, str]] = {}
 
     @abstractmethod
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
@@ -61,6 +111,22 @@ class StackAdapter(ABC):
         """The engine's version string, for provenance."""
         return "unknown"
 
+    def sampling_problems(self, sampling: SamplingSpec) -> list[str]:
+        """Sampling parameters this stack's request dialect cannot carry (checked at plan)."""
+        return []
+
+    def container_launch(
+        self, variant: VariantSpec, *, port: int, settings: Settings
+    ) -> ContainerLaunch:
+        """The container that serves ``variant`` on ``port`` of a provisioned host."""
+        raise NotImplementedError(
+            f"stack {self.name!r} has no container launch; run it with the local provisioner"
+        )
+
+    def static_endpoint(self, variant: VariantSpec, settings: Settings) -> StaticEndpoint | None:
+        """For stacks that are never launched (hosted APIs): where to send requests."""
+        return None
+
 
 _REGISTRY: dict[str, type[StackAdapter]] = {}
 
@@ -88,3 +154,36 @@ def known_stacks() -> list[str]:
 def stream_fields() -> dict:
     """Streaming with a final usage chunk, as every OpenAI-compatible stack understands it."""
     return {"stream": True, "stream_options": {"include_usage": True}}
+
+
+def cached_prompt_tokens(usage: dict | None) -> int | None:
+    """Prompt tokens served from the prefix cache, from an OpenAI-style ``usage`` object.
+
+    OpenAI, vLLM (``--enable-prompt-tokens-details``), SGLang (``--enable-cache-report``) and
+    TensorRT-LLM put it in ``usage.prompt_tokens_details.cached_tokens``; ``None`` when absent
+    (absent is not zero: vLLM omits the details unless asked).
+    """
+    details = (usage or {}).get("prompt_tokens_details")
+    if not isinstance(details, dict):
+        return None
+    cached = details.get("cached_tokens")
+    return int(cached) if isinstance(cached, (int, float)) else None
+
+
+def hf_model_in_container(
+    variant: VariantSpec, settings: Settings
+) -> tuple[str, dict[str, str]]:
+    """The model reference inside a container, and the volumes that make it resolve there.
+
+    A local checkpoint folder (absolute, or relative to the project root, that exists) is
+    mounted read-only at ``/models/<name>``; anything else is a hub id, resolved through the
+    host's Hugging Face cache mounted at ``/root/.cache/huggingface``.
+    """
+    local = settings.resolve(variant.model)
+    hf_cache = str(Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")))
+    volumes = {hf_cache: "/root/.cache/huggingface"}
+    if local.exists():
+        inside = f"/models/{local.name}"
+        volumes[str(local)] = inside
+        return inside, volumes
+    return variant.model, volumes

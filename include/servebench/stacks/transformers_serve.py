@@ -23,21 +23,27 @@ TORCH_DTYPES = {"float32", "bfloat16", "float16"}
 
 
 @lru_cache(maxsize=32)
-def _pad_token_id(model_dir: str) -> int:
-    """The pad id from the checkpoint's config files (generation_config wins)."""
-    for name in ("generation_config.json", "config.json"):
+def special_token_ids(model_dir: str) -> dict[str, int]:
+    """bos/eos/pad ids from the checkpoint (generation_config.json over config.json)."""
+    ids: dict[str, int] = {}
+    for name in ("config.json", "generation_config.json"):
         path = Path(model_dir) / name
         if path.is_file():
-            pad = json.loads(path.read_text()).get("pad_token_id")
-            if pad is not None:
-                return int(pad)
-    raise ValueError(f"{model_dir}: no pad_token_id in generation_config.json or config.json")
+            data = json.loads(path.read_text())
+            ids.update({k: int(data[k]) for k in ("bos_token_id", "eos_token_id", "pad_token_id")
+                        if isinstance(data.get(k), int)})
+    if "pad_token_id" not in ids or "eos_token_id" not in ids:
+        raise ValueError(f"{model_dir}: no pad_token_id/eos_token_id in generation_config.json "
+                         "or config.json")
+    return ids
 
 
 @register_stack
 class TransformersServeStack(StackAdapter):
     name = "transformers"
     engine = "transformers-serve"
+    # forced past its end, the model emits eos tokens that are decoded to no text
+    forced_tokens_stream_as_text = False
 
     def _cli(self, settings: Settings) -> Path:
         return settings.stacks_venv / "bin" / "transformers"
@@ -56,7 +62,7 @@ class TransformersServeStack(StackAdapter):
             problems.append(f"model {model} is not a checkpoint folder with config.json")
         else:
             try:
-                _pad_token_id(str(model))
+                special_token_ids(str(model))
             except ValueError as exc:
                 problems.append(str(exc))
         if not self._cli(settings).is_file():
@@ -98,7 +104,10 @@ class TransformersServeStack(StackAdapter):
         variant: VariantSpec,
     ) -> dict:
         greedy = sampling.temperature == 0.0
+        # the per-request generation_config replaces the checkpoint's whole config, so the
+        # special ids travel with it: without eos_token_id the model never stops
         generation = {
+            **special_token_ids(served_model),  # served_model is the checkpoint path
             "do_sample": not greedy,
             "top_k": sampling.top_k or None,
             "top_p": sampling.top_p,
@@ -109,7 +118,9 @@ class TransformersServeStack(StackAdapter):
         if not greedy:
             generation["temperature"] = sampling.temperature
         if force_length:
-            generation["eos_token_id"] = _pad_token_id(served_model)  # the checkpoint path
+            # continuous batching ignores min_new_tokens/suppress_tokens (checked on 5.24):
+            # ending only on the pad id, which the model never emits, is what forces length
+            generation["eos_token_id"] = generation["pad_token_id"]
         return {
             "model": served_model,
             "messages": messages,

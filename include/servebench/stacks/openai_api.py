@@ -1,0 +1,168 @@
+"""A hosted OpenAI-compatible API: nothing is launched, the provisioner treats it as static.
+
+Configured by ``VariantSpec.endpoint`` (:class:`~servebench.config.EndpointSpec`):
+
+* where: an Airflow connection (``conn_id``; host = base URL incl. ``/v1``, password = API
+  key), else ``base_url`` plus the key from the environment variable ``api_key_env``. Keys are
+  resolved when the endpoint is used, never stored in the spec, settings or provenance.
+* ``model`` of the variant is the provider's model name and must come back in responses.
+* ``dialect``: ``openai`` sends only fields of the OpenAI Chat Completions schema
+  (openai-python ``CompletionCreateParams``: ``max_completion_tokens``, ``temperature``,
+  ``top_p``, ``seed``, ``stream_options.include_usage``). top_k / min_p / repetition_penalty
+  do not exist there, and output length cannot be forced (no ``ignore_eos``/``min_tokens``;
+  ``logit_bias`` against EOS needs the provider's tokenizer ids and is not relied on).
+  ``vllm`` is for providers that front vLLM/SGLang and accept their extras: exact length
+  via ``ignore_eos`` + ``min_tokens``, and top_k, min_p, repetition_penalty.
+
+Prefix-cache hits come per request as ``usage.prompt_tokens_details.cached_tokens``
+(:func:`~servebench.stacks.base.cached_prompt_tokens`); there is no ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from servebench.config import EndpointSpec, SamplingSpec, VariantSpec
+from servebench.settings import Settings
+from servebench.stacks.base import (
+    ContainerLaunch,
+    LaunchSpec,
+    StackAdapter,
+    StaticEndpoint,
+    register_stack,
+    stream_fields,
+)
+
+EXACT_LENGTH_PROBLEM = (
+    "field endpoint.dialect 'openai': openai_api cannot force exact output length (the OpenAI "
+    "schema has no ignore_eos/min_tokens) and every load cell needs it; use dialect 'vllm' "
+    "only if the provider honours ignore_eos/min_tokens"
+)
+# fields of the variant that describe a server we launch; a hosted API has none of them
+_LAUNCH_FIELDS = ("kv_cache_dtype", "max_num_batched_tokens", "speculative", "image",
+                  "gpu_memory_utilization")
+
+
+def _connection(conn_id: str) -> tuple[str | None, str | None]:
+    """(base URL, API key) from an Airflow connection."""
+    from airflow.sdk import Connection  # imported late: plain CLI runs need no Airflow
+
+    conn = Connection.get(conn_id)
+    host = conn.host or ""
+    if host and "://" not in host:
+        host = f"https://{host}"
+    return host or None, conn.password
+
+
+@register_stack
+class OpenAIApiStack(StackAdapter):
+    name = "openai_api"
+    engine = "openai-api"
+    chat_path = "/chat/completions"  # base URLs end in /v1, as openai-python's do
+    can_force_length = False  # only with endpoint.dialect 'vllm'; check() says which
+
+    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        ep = variant.endpoint
+        if ep is None:
+            return ["field endpoint: openai_api needs endpoint (base_url or conn_id) to call"]
+        problems = []
+        if ep.dialect == "openai":
+            problems.append(EXACT_LENGTH_PROBLEM)
+        for name in _LAUNCH_FIELDS:
+            if getattr(variant, name) is not None:
+                problems.append(f"field {name}: openai_api launches nothing; a hosted API's "
+                                "serving configuration is the provider's")
+        if variant.tensor_parallel_size != 1:
+            problems.append("field tensor_parallel_size: openai_api launches nothing")
+        if not variant.prefix_caching:
+            problems.append("field prefix_caching: openai_api cannot turn a provider's prompt "
+                            "caching off")
+        if ep.conn_id:
+            try:
+                _connection(ep.conn_id)
+            except Exception as exc:  # noqa: BLE001 - any lookup failure is a plan problem
+                problems.append(f"field endpoint.conn_id {ep.conn_id!r}: openai_api cannot read "
+                                f"the Airflow connection ({type(exc).__name__}: {exc})")
+        elif ep.api_key_env and not os.environ.get(ep.api_key_env):
+            problems.append(f"field endpoint.api_key_env: openai_api needs the environment "
+                            f"variable {ep.api_key_env} set")
+        return problems
+
+    @staticmethod
+    def _openai_problems(sampling: SamplingSpec) -> list[str]:
+        out = []
+        for field_name, neutral in (("top_k", 0), ("min_p", 0.0), ("repetition_penalty", 1.0)):
+            if getattr(sampling, field_name) != neutral:
+                out.append(f"field sampling.{field_name}: openai_api dialect 'openai' cannot "
+                           f"carry it (only {neutral!r} is comparable)")
+        return out
+
+    def static_endpoint(self, variant: VariantSpec, settings: Settings) -> StaticEndpoint:
+        ep: EndpointSpec | None = variant.endpoint
+        if ep is None:
+            raise ValueError("openai_api: field endpoint is not set")
+        base_url, key = (None, None)
+        if ep.conn_id:
+            base_url, key = _connection(ep.conn_id)
+        base_url = base_url or ep.base_url
+        if key is None and ep.api_key_env:
+            key = os.environ.get(ep.api_key_env)
+        if not base_url:
+            raise ValueError(f"openai_api: no base URL (connection {ep.conn_id!r} has no host)")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return StaticEndpoint(base_url=base_url.rstrip("/"), served_model=variant.model,
+                              headers=headers, chat_path=self.chat_path)
+
+    def local_launch(
+        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
+    ) -> LaunchSpec:
+        raise RuntimeError(
+            f"openai_api variant {variant.name!r} is a hosted endpoint: nothing to launch; "
+            "provision it as a static endpoint (StackAdapter.static_endpoint)"
+        )
+
+    def container_launch(
+        self, variant: VariantSpec, *, port: int, settings: Settings
+    ) -> ContainerLaunch:
+        raise RuntimeError(
+            f"openai_api variant {variant.name!r} is a hosted endpoint: nothing to launch; "
+            "provision it as a static endpoint (StackAdapter.static_endpoint)"
+        )
+
+    def chat_body(
+        self,
+        *,
+        served_model: str,
+        messages: list[dict],
+        sampling: SamplingSpec,
+        max_tokens: int,
+        force_length: bool,
+        variant: VariantSpec,
+    ) -> dict:
+        dialect = variant.endpoint.dialect if variant.endpoint else "openai"
+        body: dict = {
+            "model": served_model,
+            "messages": messages,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "seed": sampling.seed,
+            **stream_fields(),
+        }
+        if dialect == "openai":
+            problems = self._openai_problems(sampling)
+            if force_length:
+                problems.append(EXACT_LENGTH_PROBLEM)
+            if problems:
+                raise ValueError("; ".join(problems))
+            # max_tokens is deprecated in the OpenAI API and rejected by its reasoning models
+            body["max_completion_tokens"] = max_tokens
+            return body
+        body.update(
+            max_tokens=max_tokens,
+            top_k=sampling.top_k or -1,
+            min_p=sampling.min_p,
+            repetition_penalty=sampling.repetition_penalty,
+            ignore_eos=force_length,
+            min_tokens=max_tokens if force_length else 0,
+        )
+        return body

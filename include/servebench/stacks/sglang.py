@@ -1,0 +1,196 @@
+"""SGLang (``python -m sglang.launch_server``), locally or in the ``lmsysorg/sglang`` image.
+
+Flags are ``ServerArgs`` fields of ``python/sglang/srt/server_args.py`` (a field ``tp_size``
+is the flag ``--tp-size``): ``--model-path``, ``--served-model-name``, ``--context-length``,
+``--max-running-requests``, ``--chunked-prefill-size`` (the per-step token budget, the
+counterpart of vLLM's max_num_batched_tokens), ``--mem-fraction-static``,
+``--disable-radix-cache``, ``--enable-metrics`` and ``--enable-cache-report`` (cached tokens in
+``usage.prompt_tokens_details``). ``--kv-cache-dtype`` has no bare ``fp8``: it takes
+``fp8_e4m3``/``fp8_e5m2``. Speculative decoding: ``--speculative-algorithm`` EAGLE, EAGLE3,
+NEXTN (MTP), STANDALONE (a separate draft model) or NGRAM, with ``--speculative-num-steps``,
+``--speculative-eagle-topk`` and ``--speculative-num-draft-tokens``. SGLang has no Medusa, and
+its NGRAM drafter is a trie with no min/max match-window flags in current releases.
+
+Request dialect (``python/sglang/srt/entrypoints/openai/protocol.py``): top_k (``-1``
+disables), min_p, min_tokens, repetition_penalty and ignore_eos are extras on the OpenAI
+request. Exact output length: ``ignore_eos`` plus ``min_tokens = max_tokens``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from servebench.config import SamplingSpec, VariantSpec
+from servebench.settings import Settings
+from servebench.stacks.base import (
+    ContainerLaunch,
+    LaunchSpec,
+    StackAdapter,
+    hf_model_in_container,
+    register_stack,
+    stream_fields,
+)
+from servebench.stacks.llama_cpp import GGUF_QUANTS
+
+DEFAULT_IMAGE = "lmsysorg/sglang:v0.5.18"  # pin per variant with `image:`
+
+QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantization (QUANTIZATION_CHOICES)
+    "none": None, "bf16": None, "bfloat16": None, "f16": None, "fp16": None, "float16": None,
+    "fp8": "fp8", "awq": "awq_marlin", "gptq": "gptq_marlin", "awq_marlin": "awq_marlin",
+    "gptq_marlin": "gptq_marlin", "w8a8_fp8": "w8a8_fp8", "w8a8_int8": "w8a8_int8",
+    "modelopt_fp8": "modelopt_fp8", "modelopt_fp4": "modelopt_fp4", "mxfp4": "mxfp4",
+    "compressed-tensors": "compressed-tensors", "bitsandbytes": "bitsandbytes",
+}
+QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
+                "fp16": "float16", "float16": "float16"}
+DTYPES = {"auto", "half", "float16", "bfloat16", "float", "float32"}
+# servebench kv_cache_dtype -> --kv-cache-dtype
+KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
+                   "fp8_e5m2": "fp8_e5m2", "bf16": "bf16", "bfloat16": "bfloat16"}
+SPEC_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN",
+                   "draft": "STANDALONE", "ngram": "NGRAM"}
+
+
+@register_stack
+class SglangStack(StackAdapter):
+    name = "sglang"
+    engine = "sglang"
+    server_metrics = {
+        "prefix_cache_hit_rate": "sglang:cache_hit_rate",  # gauge
+        "kv_cache_usage": "sglang:token_usage",
+        "spec_accept_length": "sglang:spec_accept_length",
+        "running": "sglang:num_running_reqs",
+        "waiting": "sglang:num_queue_reqs",
+    }
+
+    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        problems = []
+        quant = variant.quant.lower()
+        if quant in GGUF_QUANTS - {"bf16", "f16", "f32"}:
+            problems.append(
+                f"field quant {variant.quant!r}: sglang does not serve GGUF quants here "
+                "(they belong to llama_cpp)"
+            )
+        elif quant not in QUANT_FLAGS:
+            problems.append(f"field quant {variant.quant!r}: sglang knows {sorted(QUANT_FLAGS)}")
+        if variant.dtype is not None and variant.dtype not in DTYPES:
+            problems.append(f"field dtype {variant.dtype!r}: sglang --dtype takes {sorted(DTYPES)}")
+        if variant.kv_cache_dtype is not None and variant.kv_cache_dtype not in KV_CACHE_DTYPES:
+            problems.append(
+                f"field kv_cache_dtype {variant.kv_cache_dtype!r}: sglang --kv-cache-dtype takes "
+                f"{sorted(KV_CACHE_DTYPES)}"
+            )
+        spec = variant.speculative
+        if spec is not None:
+            if spec.method not in SPEC_ALGORITHMS:
+                problems.append(
+                    f"field speculative.method {spec.method!r}: sglang supports "
+                    f"{sorted(SPEC_ALGORITHMS)} (no Medusa)"
+                )
+            if spec.ngram_min is not None or spec.ngram_max is not None:
+                problems.append(
+                    "field speculative.ngram_min/ngram_max: sglang's NGRAM drafter has no "
+                    "match-window flags; tune it with extra_args (--speculative-ngram-*)"
+                )
+        return problems
+
+    def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
+        args = [
+            "--model-path", model,
+            "--host", host,
+            "--port", str(port),
+            "--served-model-name", variant.model,
+            "--dtype", variant.dtype or QUANT_DTYPES.get(variant.quant.lower(), "auto"),
+            "--context-length", str(variant.max_model_len),
+            "--max-running-requests", str(variant.max_num_seqs),
+            "--tp-size", str(variant.tensor_parallel_size),
+            "--enable-metrics",
+            "--enable-cache-report",  # usage.prompt_tokens_details.cached_tokens
+        ]
+        if not variant.prefix_caching:
+            args.append("--disable-radix-cache")
+        if variant.revision:
+            args += ["--revision", variant.revision]
+        quant = QUANT_FLAGS.get(variant.quant.lower())
+        if quant:
+            args += ["--quantization", quant]
+        if variant.kv_cache_dtype:
+            args += ["--kv-cache-dtype", KV_CACHE_DTYPES.get(variant.kv_cache_dtype,
+                                                             variant.kv_cache_dtype)]
+        if variant.max_num_batched_tokens:
+            args += ["--chunked-prefill-size", str(variant.max_num_batched_tokens)]
+        if variant.gpu_memory_utilization:
+            args += ["--mem-fraction-static", str(variant.gpu_memory_utilization)]
+        spec = variant.speculative
+        if spec is not None and spec.method in SPEC_ALGORITHMS:
+            n = spec.num_speculative_tokens
+            args += ["--speculative-algorithm", SPEC_ALGORITHMS[spec.method]]
+            if spec.draft_model:
+                args += ["--speculative-draft-model-path", spec.draft_model]
+            if spec.method == "ngram":
+                args += ["--speculative-num-draft-tokens", str(n)]
+            else:  # a chain of n draft steps, top-1 each: n + 1 tokens verified per step
+                args += ["--speculative-num-steps", str(n), "--speculative-eagle-topk", "1",
+                         "--speculative-num-draft-tokens", str(n + 1)]
+        return [*args, *variant.extra_args]
+
+    def local_launch(
+        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
+    ) -> LaunchSpec:
+        local = settings.resolve(variant.model)
+        model = str(local) if local.exists() else variant.model
+        argv = [sys.executable, "-m", "sglang.launch_server",
+                *self._args(variant, model, host=host, port=port)]
+        return LaunchSpec(argv=argv, served_model=variant.model)
+
+    def container_launch(
+        self, variant: VariantSpec, *, port: int, settings: Settings
+    ) -> ContainerLaunch:
+        model, volumes = hf_model_in_container(variant, settings)
+        return ContainerLaunch(
+            image=variant.image or DEFAULT_IMAGE,
+            entrypoint=["python3", "-m", "sglang.launch_server"],
+            command=self._args(variant, model, host="0.0.0.0", port=port),
+            served_model=variant.model,
+            port=port,
+            ports={port: port},
+            gpus=variant.tensor_parallel_size,
+            shm_size="32g",  # SGLang's docker instructions use a large /dev/shm
+            volumes=volumes,
+        )
+
+    def chat_body(
+        self,
+        *,
+        served_model: str,
+        messages: list[dict],
+        sampling: SamplingSpec,
+        max_tokens: int,
+        force_length: bool,
+        variant: VariantSpec,
+    ) -> dict:
+        return {
+            "model": served_model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k or -1,  # SGLang: -1 disables top-k
+            "min_p": sampling.min_p,
+            "repetition_penalty": sampling.repetition_penalty,
+            "seed": sampling.seed,
+            "ignore_eos": force_length,
+            "min_tokens": max_tokens if force_length else 0,
+            **stream_fields(),
+        }
+
+    def version(self, settings: Settings) -> str:
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", "import sglang; print(sglang.__version__)"],
+                capture_output=True, text=True, timeout=120,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return "unknown"
+        return out.stdout.strip() or "unknown"

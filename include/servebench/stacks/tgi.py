@@ -1,0 +1,208 @@
+"""Hugging Face Text Generation Inference (``text-generation-launcher``), in its GHCR image.
+
+Flags are those of ``docs/source/reference/launcher.md``: ``--model-id``, ``--revision``,
+``--quantize`` (awq, gptq, fp8, eetq, marlin, exl2, compressed-tensors, bitsandbytes*;
+pre-quantized checkpoints are detected without it), ``--dtype`` (float16/bfloat16, not
+together with ``--quantize``), ``--kv-cache-dtype`` (fp8_e4m3fn, fp8_e5m2), ``--max-input-tokens``,
+``--max-total-tokens``, ``--max-batch-prefill-tokens``, ``--max-concurrent-requests``,
+``--num-shard``, ``--cuda-memory-fraction``, ``--speculate`` (n-gram, or Medusa heads when the
+model has them), ``--hostname``, ``--port``. Prefix caching is the environment variable
+``PREFIX_CACHING`` (v2.3.1 also needed ``USE_PREFIX_CACHING``:
+huggingface/text-generation-inference#2676); both are set.
+
+What TGI cannot do:
+
+* force an exact output length. Neither ``/v1/chat/completions`` nor the native
+  ``/generate_stream`` accepts ``ignore_eos``/``min_tokens`` (the router keeps
+  ``ignore_eos_token`` for its own benchmark tool: issues #1304, #1944, PR #898 closed).
+  ``check`` therefore rejects TGI variants while load cells require exact length;
+  ``can_force_length`` is False.
+* carry top_k, min_p or repetition_penalty on the OpenAI route (its ChatRequest has only the
+  OpenAI fields; unknown fields are silently dropped), so ``sampling_problems`` rejects any
+  non-neutral value rather than sending something TGI ignores. ``top_p`` must lie in (0, 1):
+  1.0 is sent as "absent", which means no nucleus filtering. ``temperature: 0`` is greedy.
+* ``max_num_seqs`` maps to ``--max-concurrent-requests``: TGI *refuses* requests above it
+  rather than queueing them, so load points above max_num_seqs record errors.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from servebench.config import SamplingSpec, VariantSpec
+from servebench.settings import Settings
+from servebench.stacks.base import (
+    ContainerLaunch,
+    LaunchSpec,
+    StackAdapter,
+    register_stack,
+    stream_fields,
+)
+from servebench.stacks.llama_cpp import GGUF_QUANTS
+
+DEFAULT_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.6"  # pin with `image:`
+
+QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantize
+    "none": None, "bf16": None, "bfloat16": None, "f16": None, "fp16": None, "float16": None,
+    "fp8": "fp8", "awq": "awq", "gptq": "gptq", "marlin": "marlin", "eetq": "eetq",
+    "exl2": "exl2", "compressed-tensors": "compressed-tensors", "bitsandbytes": "bitsandbytes",
+    "bitsandbytes-nf4": "bitsandbytes-nf4", "bitsandbytes-fp4": "bitsandbytes-fp4",
+}
+QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
+                "fp16": "float16", "float16": "float16"}
+DTYPES = {"float16", "bfloat16"}
+KV_CACHE_DTYPES = {"fp8": "fp8_e4m3fn", "fp8_e4m3": "fp8_e4m3fn", "fp8_e4m3fn": "fp8_e4m3fn",
+                   "fp8_e5m2": "fp8_e5m2"}
+EXACT_LENGTH_PROBLEM = (
+    "exact output length: tgi cannot force it (no ignore_eos/min_tokens on any TGI HTTP "
+    "route: huggingface/text-generation-inference#1944), and every load cell needs it"
+)
+
+
+@register_stack
+class TgiStack(StackAdapter):
+    name = "tgi"
+    engine = "text-generation-inference"
+    can_force_length = False
+    server_metrics = {
+        "generated_tokens": "tgi_request_generated_tokens",  # histogram
+        "queue_size": "tgi_queue_size",
+        "batch_size": "tgi_batch_current_size",
+    }
+
+    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        problems = [EXACT_LENGTH_PROBLEM]
+        quant = variant.quant.lower()
+        if quant in GGUF_QUANTS - {"bf16", "f16", "f32"}:
+            problems.append(
+                f"field quant {variant.quant!r}: tgi does not serve GGUF quants (llama_cpp does)"
+            )
+        elif quant not in QUANT_FLAGS:
+            problems.append(f"field quant {variant.quant!r}: tgi --quantize takes "
+                            f"{sorted(k for k, v in QUANT_FLAGS.items() if v)} or none")
+        if variant.dtype is not None:
+            if variant.dtype not in DTYPES:
+                problems.append(
+                    f"field dtype {variant.dtype!r}: tgi --dtype takes {sorted(DTYPES)}"
+                )
+            elif QUANT_FLAGS.get(quant):
+                problems.append(f"field dtype {variant.dtype!r}: tgi --dtype cannot be combined "
+                                f"with --quantize {QUANT_FLAGS[quant]}")
+        kv = variant.kv_cache_dtype
+        if kv is not None and kv != "auto" and kv not in KV_CACHE_DTYPES:
+            problems.append(f"field kv_cache_dtype {kv!r}: tgi --kv-cache-dtype takes "
+                            "fp8_e4m3fn or fp8_e5m2")
+        spec = variant.speculative
+        if spec is not None:
+            if spec.method not in ("ngram", "medusa"):
+                problems.append(f"field speculative.method {spec.method!r}: tgi --speculate "
+                                "does n-gram or the model's own Medusa heads only")
+            if spec.ngram_min is not None or spec.ngram_max is not None:
+                problems.append("field speculative.ngram_min/ngram_max: tgi's n-gram "
+                                "speculation has no window size")
+            if spec.method == "medusa" and spec.draft_model:
+                problems.append("field speculative.draft_model: tgi reads Medusa heads from the "
+                                "model itself; point model at the Medusa checkpoint")
+        return problems
+
+    def sampling_problems(self, sampling: SamplingSpec) -> list[str]:
+        problems = []
+        for field_name, neutral in (("top_k", 0), ("min_p", 0.0), ("repetition_penalty", 1.0)):
+            if getattr(sampling, field_name) != neutral:
+                problems.append(f"field sampling.{field_name}: tgi's /v1/chat/completions "
+                                f"cannot carry it (only {neutral!r} is comparable)")
+        return problems
+
+    def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
+        args = [
+            "--model-id", model,
+            "--hostname", host,
+            "--port", str(port),
+            "--max-input-tokens", str(variant.max_model_len - 1),
+            "--max-total-tokens", str(variant.max_model_len),
+            "--max-concurrent-requests", str(variant.max_num_seqs),
+            "--num-shard", str(variant.tensor_parallel_size),
+        ]
+        if variant.revision:
+            args += ["--revision", variant.revision]
+        quant = QUANT_FLAGS.get(variant.quant.lower())
+        if quant:
+            args += ["--quantize", quant]
+        else:
+            dtype = variant.dtype or QUANT_DTYPES.get(variant.quant.lower())
+            if dtype:
+                args += ["--dtype", dtype]
+        kv = variant.kv_cache_dtype
+        if kv and kv != "auto":
+            args += ["--kv-cache-dtype", KV_CACHE_DTYPES.get(kv, kv)]
+        if variant.max_num_batched_tokens:
+            args += ["--max-batch-prefill-tokens", str(variant.max_num_batched_tokens)]
+        if variant.gpu_memory_utilization:
+            args += ["--cuda-memory-fraction", str(variant.gpu_memory_utilization)]
+        if variant.speculative is not None:
+            args += ["--speculate", str(variant.speculative.num_speculative_tokens)]
+        return [*args, *variant.extra_args]
+
+    @staticmethod
+    def _env(variant: VariantSpec) -> dict[str, str]:
+        flag = "1" if variant.prefix_caching else "0"
+        return {"PREFIX_CACHING": flag, "USE_PREFIX_CACHING": flag}
+
+    def local_launch(
+        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
+    ) -> LaunchSpec:
+        local = settings.resolve(variant.model)
+        model = str(local) if local.exists() else variant.model
+        argv = ["text-generation-launcher", *self._args(variant, model, host=host, port=port)]
+        return LaunchSpec(argv=argv, served_model=model, env=self._env(variant))
+
+    def container_launch(
+        self, variant: VariantSpec, *, port: int, settings: Settings
+    ) -> ContainerLaunch:
+        # the image keeps its hub cache in /data (HUGGINGFACE_HUB_CACHE=/data)
+        hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+        volumes = {str(hf_home / "hub"): "/data"}
+        local = settings.resolve(variant.model)
+        model = variant.model
+        if local.exists():
+            model = f"/models/{local.name}"
+            volumes[str(local)] = model
+        return ContainerLaunch(
+            image=variant.image or DEFAULT_IMAGE,
+            entrypoint=["text-generation-launcher"],
+            command=self._args(variant, model, host="0.0.0.0", port=port),
+            served_model=model,
+            port=port,
+            env=self._env(variant),
+            ports={port: port},
+            gpus=variant.tensor_parallel_size,
+            shm_size="1g",  # TGI's docker instructions: --shm-size 1g (NCCL for sharding)
+            volumes=volumes,
+        )
+
+    def chat_body(
+        self,
+        *,
+        served_model: str,
+        messages: list[dict],
+        sampling: SamplingSpec,
+        max_tokens: int,
+        force_length: bool,
+        variant: VariantSpec,
+    ) -> dict:
+        problems = self.sampling_problems(sampling)
+        if problems:
+            raise ValueError("; ".join(problems))
+        body = {
+            "model": served_model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,  # 0 -> greedy in TGI's chat route
+            "seed": sampling.seed,
+            **stream_fields(),
+        }
+        if sampling.top_p < 1.0:  # TGI rejects top_p >= 1; absent means no filtering
+            body["top_p"] = sampling.top_p
+        # force_length cannot be honoured (see module docstring); check() rejects the variant
+        return body

@@ -1,0 +1,203 @@
+"""vLLM's OpenAI-compatible server (``vllm serve MODEL``), locally or in ``vllm/vllm-openai``.
+
+Flags are those of ``vllm/engine/arg_utils.py`` (``EngineArgs.add_cli_args``): booleans are
+``argparse.BooleanOptionalAction``, so prefix caching is ``--enable-prefix-caching`` /
+``--no-enable-prefix-caching``; speculative decoding is one JSON ``--speculative-config``
+(``vllm/config/speculative.py``: ``method``, ``model``, ``num_speculative_tokens``,
+``prompt_lookup_min``/``prompt_lookup_max``). ``--enable-prompt-tokens-details`` makes usage
+carry ``prompt_tokens_details.cached_tokens``.
+
+Request dialect (``vllm/entrypoints/openai/protocol.py`` ChatCompletionRequest): top_k, min_p,
+repetition_penalty, seed, ignore_eos and min_tokens are accepted extras; ``stream_options``
+takes ``include_usage`` and ``continuous_usage_stats`` (cumulative usage on every chunk).
+Exact output length: ``ignore_eos`` plus ``min_tokens = max_tokens``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from servebench.config import SamplingSpec, VariantSpec
+from servebench.settings import Settings
+from servebench.stacks.base import (
+    ContainerLaunch,
+    LaunchSpec,
+    StackAdapter,
+    hf_model_in_container,
+    register_stack,
+)
+from servebench.stacks.llama_cpp import GGUF_QUANTS
+
+DEFAULT_IMAGE = "vllm/vllm-openai:v0.19.1"  # pin per variant with `image:`
+
+# servebench quant name -> vLLM --quantization (None: none, weights as stored / --dtype).
+# awq/gptq checkpoints go to the Marlin kernels vLLM itself prefers for them; an explicit
+# "awq"/"gptq" would force the slower legacy kernels.
+QUANT_FLAGS: dict[str, str | None] = {
+    "none": None, "bf16": None, "bfloat16": None, "f16": None, "fp16": None, "float16": None,
+    "fp8": "fp8", "awq": "awq_marlin", "gptq": "gptq_marlin", "awq_marlin": "awq_marlin",
+    "gptq_marlin": "gptq_marlin", "compressed-tensors": "compressed-tensors",
+    "bitsandbytes": "bitsandbytes", "modelopt": "modelopt", "modelopt_fp4": "modelopt_fp4",
+    "mxfp4": "mxfp4", "experts_int8": "experts_int8",
+}
+QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
+                "fp16": "float16", "float16": "float16"}
+DTYPES = {"auto", "half", "float16", "bfloat16", "float", "float32"}  # --dtype choices
+KV_CACHE_DTYPES = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"}  # CacheDType subset
+SPEC_METHODS = {"draft": "draft_model", "ngram": "ngram", "eagle": "eagle",
+                "eagle3": "eagle3", "mtp": "mtp", "medusa": "medusa"}
+
+
+def _dtype(variant: VariantSpec) -> str:
+    return variant.dtype or QUANT_DTYPES.get(variant.quant.lower(), "auto")
+
+
+def speculative_config(variant: VariantSpec) -> dict | None:
+    spec = variant.speculative
+    if spec is None:
+        return None
+    cfg: dict = {"method": SPEC_METHODS[spec.method],
+                 "num_speculative_tokens": spec.num_speculative_tokens}
+    if spec.draft_model:
+        cfg["model"] = spec.draft_model
+    if spec.method == "ngram":
+        if spec.ngram_max is not None:
+            cfg["prompt_lookup_max"] = spec.ngram_max
+        if spec.ngram_min is not None:
+            cfg["prompt_lookup_min"] = spec.ngram_min
+    return cfg
+
+
+@register_stack
+class VllmStack(StackAdapter):
+    name = "vllm"
+    engine = "vllm"
+    server_metrics = {
+        "prefix_cache_hits": "vllm:prefix_cache_hits_total",  # tokens
+        "prefix_cache_queries": "vllm:prefix_cache_queries_total",  # tokens
+        "kv_cache_usage": "vllm:kv_cache_usage_perc",
+        "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+        "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+        "running": "vllm:num_requests_running",
+        "waiting": "vllm:num_requests_waiting",
+    }
+
+    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        problems = []
+        quant = variant.quant.lower()
+        if quant in GGUF_QUANTS - {"bf16", "f16", "f32"}:
+            problems.append(
+                f"field quant {variant.quant!r}: vllm does not serve GGUF quants here (they "
+                "belong to llama_cpp; vLLM's GGUF loader is experimental)"
+            )
+        elif quant not in QUANT_FLAGS:
+            problems.append(
+                f"field quant {variant.quant!r}: vllm knows {sorted(QUANT_FLAGS)}"
+            )
+        if variant.dtype is not None and variant.dtype not in DTYPES:
+            problems.append(f"field dtype {variant.dtype!r}: vllm --dtype takes {sorted(DTYPES)}")
+        if variant.kv_cache_dtype is not None and variant.kv_cache_dtype not in KV_CACHE_DTYPES:
+            problems.append(
+                f"field kv_cache_dtype {variant.kv_cache_dtype!r}: vllm --kv-cache-dtype takes "
+                f"{sorted(KV_CACHE_DTYPES)}"
+            )
+        spec = variant.speculative
+        if spec is not None and spec.method == "medusa" and not spec.draft_model:
+            problems.append(
+                "field speculative.draft_model: vllm method 'medusa' needs the Medusa heads"
+            )
+        return problems
+
+    def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
+        args = [
+            model,
+            "--host", host,
+            "--port", str(port),
+            "--served-model-name", variant.model,
+            "--dtype", _dtype(variant),
+            "--max-model-len", str(variant.max_model_len),
+            "--max-num-seqs", str(variant.max_num_seqs),
+            "--tensor-parallel-size", str(variant.tensor_parallel_size),
+            "--enable-prefix-caching" if variant.prefix_caching else "--no-enable-prefix-caching",
+            "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
+        ]
+        if variant.revision:
+            args += ["--revision", variant.revision]
+        quant = QUANT_FLAGS.get(variant.quant.lower())
+        if quant:
+            args += ["--quantization", quant]
+        if variant.kv_cache_dtype:
+            args += ["--kv-cache-dtype", variant.kv_cache_dtype]
+        if variant.max_num_batched_tokens:
+            args += ["--max-num-batched-tokens", str(variant.max_num_batched_tokens)]
+        if variant.gpu_memory_utilization:
+            args += ["--gpu-memory-utilization", str(variant.gpu_memory_utilization)]
+        spec = speculative_config(variant)
+        if spec:
+            args += ["--speculative-config", json.dumps(spec, sort_keys=True)]
+        return [*args, *variant.extra_args]
+
+    def local_launch(
+        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
+    ) -> LaunchSpec:
+        local = settings.resolve(variant.model)
+        model = str(local) if local.exists() else variant.model
+        # the `vllm` CLI of this interpreter's environment (`pip install -e .[vllm]`)
+        argv = [str(Path(sys.executable).with_name("vllm")), "serve",
+                *self._args(variant, model, host=host, port=port)]
+        return LaunchSpec(argv=argv, served_model=variant.model)
+
+    def container_launch(
+        self, variant: VariantSpec, *, port: int, settings: Settings
+    ) -> ContainerLaunch:
+        model, volumes = hf_model_in_container(variant, settings)
+        return ContainerLaunch(
+            image=variant.image or DEFAULT_IMAGE,
+            entrypoint=["vllm", "serve"],
+            command=self._args(variant, model, host="0.0.0.0", port=port),
+            served_model=variant.model,
+            port=port,
+            ports={port: port},
+            gpus=variant.tensor_parallel_size,
+            shm_size="16g",  # NCCL between tensor-parallel workers uses /dev/shm
+            volumes=volumes,
+        )
+
+    def chat_body(
+        self,
+        *,
+        served_model: str,
+        messages: list[dict],
+        sampling: SamplingSpec,
+        max_tokens: int,
+        force_length: bool,
+        variant: VariantSpec,
+    ) -> dict:
+        return {
+            "model": served_model,
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "top_k": sampling.top_k or -1,  # -1 disables top-k in every vLLM version
+            "min_p": sampling.min_p,
+            "repetition_penalty": sampling.repetition_penalty,
+            "seed": sampling.seed,
+            "ignore_eos": force_length,
+            "min_tokens": max_tokens if force_length else 0,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+
+    def version(self, settings: Settings) -> str:
+        try:
+            out = subprocess.run(
+                [sys.executable, "-c", "import vllm; print(vllm.__version__)"],
+                capture_output=True, text=True, timeout=120,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return "unknown"
+        return out.stdout.strip() or "unknown"

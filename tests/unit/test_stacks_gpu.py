@@ -1,0 +1,396 @@
+"""GPU-engine and hosted-API adapters: launch rendering, request dialects, plan-time rejections.
+
+No engine runs here: these pin the flags and request fields each adapter relies on, taken
+from each engine's own source (see the adapter modules' docstrings for the references).
+"""
+
+import json
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from servebench.config import EndpointSpec, SamplingSpec, SpeculativeSpec, VariantSpec
+from servebench.loadgen.client import _StreamState
+from servebench.loadgen.records import RequestRecord
+from servebench.settings import Settings
+from servebench.stacks import get_stack
+from servebench.stacks.base import ContainerLaunch, cached_prompt_tokens
+from servebench.stacks.trtllm import CONFIG_IN_CONTAINER
+
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+MESSAGES = [{"role": "user", "content": "hi"}]
+SAMPLING = SamplingSpec(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.0,
+                        seed=7)
+HOT = SamplingSpec(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1,
+                   seed=11)
+NGRAM = SpeculativeSpec(method="ngram", num_speculative_tokens=4, ngram_min=2, ngram_max=5)
+DRAFT = SpeculativeSpec(method="draft", draft_model="Qwen/Qwen2.5-0.5B-Instruct",
+                        num_speculative_tokens=3)
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(project_root=tmp_path, work_dir=tmp_path / "runs")
+
+
+def variant(**kw) -> VariantSpec:
+    return VariantSpec(**{"name": "v", "model": MODEL, **kw})
+
+
+def val(argv: list[str], flag: str) -> str:
+    assert flag in argv, f"{flag} missing from {argv}"
+    return argv[argv.index(flag) + 1]
+
+
+def body(stack, sampling=SAMPLING, force=True, v=None, max_tokens=32):
+    return get_stack(stack).chat_body(served_model="m", messages=MESSAGES, sampling=sampling,
+                                      max_tokens=max_tokens, force_length=force,
+                                      variant=v or variant())
+
+
+def problems(stack, settings, **kw) -> str:
+    return "\n".join(get_stack(stack).check(variant(**kw), settings))
+
+
+# -- config ---------------------------------------------------------------------------------
+def test_speculative_spec_validates_method_fields():
+    with pytest.raises(ValidationError, match="needs draft_model"):
+        SpeculativeSpec(method="eagle3")
+    with pytest.raises(ValidationError, match="uses no draft_model"):
+        SpeculativeSpec(method="ngram", draft_model="x")
+    with pytest.raises(ValidationError, match="ngram_min 5 > ngram_max 2"):
+        SpeculativeSpec(method="ngram", ngram_min=5, ngram_max=2)
+    with pytest.raises(ValidationError):
+        variant(gpu_memory_utilization=1.5)
+    with pytest.raises(ValidationError):
+        variant(tensor_parallel_size=0)
+    assert variant().tensor_parallel_size == 1 and variant().speculative is None
+
+
+def test_base_container_launch_names_the_stack(settings):
+    with pytest.raises(NotImplementedError, match="stack 'llama_cpp' has no container launch"):
+        get_stack("llama_cpp").container_launch(variant(), port=8000, settings=settings)
+
+
+# -- vLLM -----------------------------------------------------------------------------------
+def test_vllm_bf16_local_and_container(settings):
+    adapter = get_stack("vllm")
+    v = variant(quant="bf16", max_num_seqs=64, max_model_len=8192, revision="abc123")
+    assert adapter.check(v, settings) == []
+    argv = adapter.local_launch(v, host="127.0.0.1", port=8100, settings=settings).argv
+    assert argv[0].endswith("vllm") and argv[1:3] == ["serve", MODEL]
+    assert val(argv, "--dtype") == "bfloat16" and "--quantization" not in argv
+    assert val(argv, "--max-num-seqs") == "64" and val(argv, "--max-model-len") == "8192"
+    assert val(argv, "--served-model-name") == MODEL and val(argv, "--revision") == "abc123"
+    assert "--enable-prefix-caching" in argv and "--enable-prompt-tokens-details" in argv
+    c = adapter.container_launch(v, port=8000, settings=settings)
+    assert isinstance(c, ContainerLaunch)
+    assert c.image.startswith("vllm/vllm-openai:") and c.entrypoint == ["vllm", "serve"]
+    assert c.command[0] == MODEL and val(c.command, "--host") == "0.0.0.0"
+    assert val(c.command, "--port") == "8000" and c.ports == {8000: 8000} and c.gpus == 1
+    assert "/root/.cache/huggingface" in c.volumes.values() and c.served_model == MODEL
+    assert c.argv[:3] == ["vllm", "serve", MODEL]
+
+
+def test_vllm_fp8_awq_prefix_off_tp2_speculative(settings, tmp_path):
+    adapter = get_stack("vllm")
+    fp8 = variant(quant="fp8", kv_cache_dtype="fp8", prefix_caching=False,
+                  tensor_parallel_size=2, max_num_batched_tokens=4096,
+                  gpu_memory_utilization=0.85, speculative=NGRAM, image="my/vllm:pinned")
+    assert adapter.check(fp8, settings) == []
+    c = adapter.container_launch(fp8, port=9000, settings=settings)
+    a = c.command
+    assert val(a, "--quantization") == "fp8" and val(a, "--kv-cache-dtype") == "fp8"
+    assert "--no-enable-prefix-caching" in a and "--enable-prefix-caching" not in a
+    assert val(a, "--tensor-parallel-size") == "2" and c.gpus == 2
+    assert val(a, "--max-num-batched-tokens") == "4096"
+    assert val(a, "--gpu-memory-utilization") == "0.85" and c.image == "my/vllm:pinned"
+    assert json.loads(val(a, "--speculative-config")) == {
+        "method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 2,
+        "prompt_lookup_max": 5}
+    awq = adapter.local_launch(variant(quant="awq", speculative=DRAFT), host="h", port=1,
+                               settings=settings).argv
+    assert val(awq, "--quantization") == "awq_marlin"
+    assert json.loads(val(awq, "--speculative-config")) == {
+        "method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct",
+        "num_speculative_tokens": 3}
+    # a local checkpoint folder is mounted into the container
+    (tmp_path / "ckpt").mkdir()
+    local = adapter.container_launch(variant(model="ckpt"), port=1, settings=settings)
+    assert local.command[0] == "/models/ckpt" and local.volumes[str(tmp_path / "ckpt")] == (
+        "/models/ckpt")
+
+
+def test_vllm_body_sends_every_knob_and_forces_length():
+    b = body("vllm", HOT)
+    assert (b["temperature"], b["top_p"], b["top_k"], b["min_p"]) == (0.7, 0.9, 20, 0.05)
+    assert b["repetition_penalty"] == 1.1 and b["seed"] == 11 and b["max_tokens"] == 32
+    assert b["ignore_eos"] is True and b["min_tokens"] == 32
+    assert b["stream"] is True
+    assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    free = body("vllm", force=False)
+    assert free["ignore_eos"] is False and free["min_tokens"] == 0 and free["top_k"] == -1
+
+
+def test_vllm_rejections_name_stack_and_field(settings):
+    msg = problems("vllm", settings, quant="q4_k_m", kv_cache_dtype="int4", dtype="fp4",
+                   speculative=SpeculativeSpec(method="medusa"))
+    assert "field quant 'q4_k_m': vllm" in msg and "field kv_cache_dtype 'int4': vllm" in msg
+    assert "field dtype 'fp4': vllm" in msg and "field speculative.draft_model: vllm" in msg
+
+
+# -- SGLang ---------------------------------------------------------------------------------
+def test_sglang_launch_flags(settings):
+    adapter = get_stack("sglang")
+    v = variant(quant="fp8", kv_cache_dtype="fp8", prefix_caching=False, tensor_parallel_size=2,
+                max_num_seqs=32, max_model_len=4096, max_num_batched_tokens=8192,
+                gpu_memory_utilization=0.8,
+                speculative=SpeculativeSpec(method="eagle3", draft_model="eagle/head",
+                                            num_speculative_tokens=3))
+    assert adapter.check(v, settings) == []
+    argv = adapter.local_launch(v, host="127.0.0.1", port=30000, settings=settings).argv
+    assert argv[1:3] == ["-m", "sglang.launch_server"] and val(argv, "--model-path") == MODEL
+    assert val(argv, "--served-model-name") == MODEL and val(argv, "--tp-size") == "2"
+    assert val(argv, "--kv-cache-dtype") == "fp8_e4m3"  # SGLang has no bare "fp8"
+    assert val(argv, "--quantization") == "fp8" and "--disable-radix-cache" in argv
+    assert val(argv, "--context-length") == "4096" and val(argv, "--max-running-requests") == "32"
+    assert val(argv, "--chunked-prefill-size") == "8192"
+    assert val(argv, "--mem-fraction-static") == "0.8"
+    assert "--enable-metrics" in argv and "--enable-cache-report" in argv
+    assert val(argv, "--speculative-algorithm") == "EAGLE3"
+    assert val(argv, "--speculative-draft-model-path") == "eagle/head"
+    assert val(argv, "--speculative-num-steps") == "3"
+    assert val(argv, "--speculative-eagle-topk") == "1"
+    assert val(argv, "--speculative-num-draft-tokens") == "4"
+    bf16 = adapter.container_launch(variant(quant="bf16", speculative=SpeculativeSpec(
+        method="ngram", num_speculative_tokens=6)), port=30000, settings=settings)
+    assert bf16.entrypoint == ["python3", "-m", "sglang.launch_server"]
+    assert bf16.image.startswith("lmsysorg/sglang:") and val(bf16.command, "--dtype") == "bfloat16"
+    assert "--disable-radix-cache" not in bf16.command
+    assert val(bf16.command, "--speculative-algorithm") == "NGRAM"
+    assert val(bf16.command, "--speculative-num-draft-tokens") == "6"
+    assert val(bf16.command, "--host") == "0.0.0.0"
+
+
+def test_sglang_body_and_rejections(settings):
+    b = body("sglang", HOT)
+    assert (b["top_k"], b["min_p"], b["repetition_penalty"], b["seed"]) == (20, 0.05, 1.1, 11)
+    assert b["ignore_eos"] is True and b["min_tokens"] == 32
+    assert b["stream_options"] == {"include_usage": True}
+    assert body("sglang")["top_k"] == -1  # SGLang disables top-k with -1, not 0
+    msg = problems("sglang", settings, quant="q8_0", kv_cache_dtype="fp8_inc",
+                   speculative=SpeculativeSpec(method="medusa", draft_model="heads"))
+    assert "field quant 'q8_0': sglang" in msg and "field kv_cache_dtype 'fp8_inc': sglang" in msg
+    assert "field speculative.method 'medusa': sglang" in msg
+    assert "field speculative.ngram_min/ngram_max: sglang" in problems(
+        "sglang", settings, speculative=NGRAM)
+
+
+# -- TGI ------------------------------------------------------------------------------------
+def test_tgi_launch_flags_and_env(settings):
+    adapter = get_stack("tgi")
+    v = variant(quant="awq", kv_cache_dtype="fp8", prefix_caching=False, tensor_parallel_size=2,
+                max_num_seqs=16, max_model_len=4096, max_num_batched_tokens=2048,
+                speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=2))
+    c = adapter.container_launch(v, port=3000, settings=settings)
+    a = c.command
+    assert c.entrypoint == ["text-generation-launcher"]
+    assert c.image.startswith("ghcr.io/huggingface/text-generation-inference:")
+    assert val(a, "--model-id") == MODEL and val(a, "--hostname") == "0.0.0.0"
+    assert val(a, "--port") == "3000" and val(a, "--num-shard") == "2" and c.gpus == 2
+    assert val(a, "--quantize") == "awq" and "--dtype" not in a  # --dtype excludes --quantize
+    assert val(a, "--kv-cache-dtype") == "fp8_e4m3fn"
+    assert val(a, "--max-input-tokens") == "4095" and val(a, "--max-total-tokens") == "4096"
+    assert val(a, "--max-concurrent-requests") == "16"
+    assert val(a, "--max-batch-prefill-tokens") == "2048" and val(a, "--speculate") == "2"
+    assert c.env == {"PREFIX_CACHING": "0", "USE_PREFIX_CACHING": "0"}
+    assert "/data" in c.volumes.values() and c.shm_size == "1g"
+    local = adapter.local_launch(variant(quant="bf16"), host="127.0.0.1", port=3001,
+                                 settings=settings)
+    assert local.argv[0] == "text-generation-launcher" and val(local.argv, "--dtype") == (
+        "bfloat16")
+    assert local.env["PREFIX_CACHING"] == "1" and local.served_model == MODEL
+
+
+def test_tgi_cannot_force_length_and_rejects_what_it_cannot_run(settings):
+    adapter = get_stack("tgi")
+    assert adapter.can_force_length is False
+    ok = adapter.check(variant(quant="bf16"), settings)
+    assert len(ok) == 1 and "exact output length: tgi cannot force it" in ok[0]
+    msg = problems("tgi", settings, quant="q4_k_m", kv_cache_dtype="fp8_inc",
+                   speculative=DRAFT)
+    assert "field quant 'q4_k_m': tgi does not serve GGUF" in msg
+    assert "field kv_cache_dtype 'fp8_inc': tgi" in msg
+    assert "field speculative.method 'draft': tgi" in msg
+    assert "field dtype 'bfloat16': tgi --dtype cannot be combined" in problems(
+        "tgi", settings, quant="fp8", dtype="bfloat16")
+    assert adapter.sampling_problems(SAMPLING) == []
+    assert [p.split(":")[0] for p in adapter.sampling_problems(HOT)] == [
+        "field sampling.top_k", "field sampling.min_p", "field sampling.repetition_penalty"]
+    with pytest.raises(ValueError, match="field sampling.top_k: tgi"):
+        body("tgi", HOT)
+
+
+def test_tgi_body_is_openai_only():
+    b = body("tgi")
+    assert set(b) == {"model", "messages", "max_tokens", "temperature", "seed", "stream",
+                      "stream_options"}  # top_p 1.0 is sent as absent: TGI rejects >= 1
+    assert b["temperature"] == 0.0 and b["seed"] == 7
+    assert body("tgi", SamplingSpec(top_p=0.9))["top_p"] == 0.9
+
+
+# -- TensorRT-LLM ---------------------------------------------------------------------------
+def test_trtllm_launch_flags_and_options_yaml(settings):
+    adapter = get_stack("trtllm")
+    v = variant(quant="fp8", kv_cache_dtype="fp8", prefix_caching=False, tensor_parallel_size=2,
+                max_num_seqs=64, max_model_len=8192, max_num_batched_tokens=8192,
+                gpu_memory_utilization=0.9,
+                speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=4, ngram_max=5))
+    assert adapter.check(v, settings) == []
+    c = adapter.container_launch(v, port=8000, settings=settings)
+    a = c.command
+    assert c.entrypoint == ["trtllm-serve"] and a[0] == MODEL
+    assert c.image.startswith("nvcr.io/nvidia/tensorrt-llm/release:")
+    assert val(a, "--backend") == "pytorch" and val(a, "--tp_size") == "2" and c.gpus == 2
+    assert val(a, "--max_batch_size") == "64" and val(a, "--max_seq_len") == "8192"
+    assert val(a, "--max_num_tokens") == "8192"
+    assert val(a, "--kv_cache_free_gpu_memory_fraction") == "0.9"
+    assert val(a, "--extra_llm_api_options") == CONFIG_IN_CONTAINER
+    opts = yaml.safe_load(c.files[CONFIG_IN_CONTAINER])
+    assert opts["kv_cache_config"] == {"enable_block_reuse": False, "dtype": "fp8"}
+    assert opts["speculative_config"] == {"decoding_type": "NGram", "max_draft_len": 4,
+                                          "max_matching_ngram_size": 5}
+    assert c.metrics_path == "/prometheus/metrics"
+    local = adapter.local_launch(variant(quant="bf16", speculative=DRAFT), host="127.0.0.1",
+                                 port=8001, settings=settings)
+    path = val(local.argv, "--extra_llm_api_options")
+    written = yaml.safe_load(open(path).read())
+    assert path.startswith(str(settings.work_dir)) and written["dtype"] == "bfloat16"
+    assert written["kv_cache_config"] == {"enable_block_reuse": True}
+    assert written["speculative_config"] == {"decoding_type": "Draft_Target", "max_draft_len": 3,
+                                             "speculative_model": "Qwen/Qwen2.5-0.5B-Instruct"}
+    mtp = yaml.safe_load(adapter.container_launch(variant(speculative=SpeculativeSpec(
+        method="mtp", num_speculative_tokens=1)), port=1, settings=settings).files[
+        CONFIG_IN_CONTAINER])
+    assert mtp["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 1}
+
+
+def test_trtllm_body_and_rejections(settings):
+    b = body("trtllm", HOT)
+    # TensorRT-LLM's request model forbids unknown fields: send exactly these
+    assert set(b) == {"model", "messages", "max_tokens", "temperature", "top_p", "top_k",
+                      "min_p", "repetition_penalty", "seed", "ignore_eos", "min_tokens",
+                      "stream", "stream_options"}
+    assert b["ignore_eos"] is True and b["min_tokens"] == 32 and b["top_k"] == 20
+    assert body("trtllm")["top_k"] == 0  # 0 disables top-k in TensorRT-LLM
+    msg = problems("trtllm", settings, quant="gguf-q4", kv_cache_dtype="fp8_e5m2",
+                   speculative=SpeculativeSpec(method="eagle", draft_model="h"))
+    assert "field quant 'gguf-q4': trtllm" in msg
+    assert "field kv_cache_dtype 'fp8_e5m2': trtllm" in msg
+    assert "field speculative.method 'eagle': trtllm" in msg
+    assert "field speculative.method 'medusa': trtllm" in problems(
+        "trtllm", settings, speculative=SpeculativeSpec(method="medusa", draft_model="h"))
+    assert "field quant 'q4_k_m': trtllm does not serve GGUF" in problems(
+        "trtllm", settings, quant="q4_k_m")
+
+
+# -- hosted OpenAI-compatible API -----------------------------------------------------------
+def test_openai_api_is_static_and_reports_what_it_cannot_force(settings, monkeypatch):
+    adapter = get_stack("openai_api")
+    assert "field endpoint: openai_api" in problems("openai_api", settings)
+    monkeypatch.setenv("SB_TEST_KEY", "sk-test")
+    ep = EndpointSpec(base_url="https://api.example.com/v1/", api_key_env="SB_TEST_KEY")
+    v = variant(model="gpt-4o-mini", endpoint=ep)
+    msg = "\n".join(adapter.check(v, settings))
+    assert "field endpoint.dialect 'openai': openai_api cannot force exact output length" in msg
+    vllm_ep = variant(model="m", endpoint=ep.model_copy(update={"dialect": "vllm"}))
+    assert adapter.check(vllm_ep, settings) == []
+    launchy = "\n".join(adapter.check(variant(endpoint=ep, kv_cache_dtype="fp8",
+                                              prefix_caching=False), settings))
+    assert "field kv_cache_dtype: openai_api" in launchy and "field prefix_caching" in launchy
+    monkeypatch.delenv("SB_TEST_KEY")
+    assert "field endpoint.api_key_env: openai_api needs the environment variable SB_TEST_KEY" in (
+        "\n".join(adapter.check(vllm_ep, settings)))
+    with pytest.raises(RuntimeError, match="hosted endpoint: nothing to launch"):
+        adapter.local_launch(v, host="h", port=1, settings=settings)
+    with pytest.raises(RuntimeError, match="hosted endpoint: nothing to launch"):
+        adapter.container_launch(v, port=1, settings=settings)
+    monkeypatch.setenv("SB_TEST_KEY", "sk-test")
+    static = adapter.static_endpoint(v, settings)
+    assert static.base_url == "https://api.example.com/v1" and static.chat_path == (
+        "/chat/completions")
+    assert static.headers == {"Authorization": "Bearer sk-test"}
+    assert "sk-test" not in repr(static) and static.served_model == "gpt-4o-mini"
+
+
+def test_openai_api_bodies_per_dialect():
+    ep = EndpointSpec(base_url="https://api.example.com/v1")
+    openai_v = variant(endpoint=ep)
+    with pytest.raises(ValueError, match="cannot force exact output length"):
+        body("openai_api", v=openai_v)
+    with pytest.raises(ValueError, match="field sampling.top_k: openai_api"):
+        body("openai_api", HOT, force=False, v=openai_v)
+    b = body("openai_api", force=False, v=openai_v)
+    assert b["max_completion_tokens"] == 32 and "max_tokens" not in b
+    assert not {"top_k", "min_p", "repetition_penalty", "ignore_eos", "min_tokens"} & set(b)
+    assert b["stream_options"] == {"include_usage": True} and b["seed"] == 7
+    v = body("openai_api", HOT, v=variant(endpoint=ep.model_copy(update={"dialect": "vllm"})))
+    assert v["ignore_eos"] is True and v["min_tokens"] == 32 and v["max_tokens"] == 32
+    assert (v["top_k"], v["min_p"], v["repetition_penalty"]) == (20, 0.05, 1.1)
+
+
+def test_openai_api_endpoint_needs_a_source():
+    with pytest.raises(ValidationError, match="set base_url or conn_id"):
+        EndpointSpec()
+
+
+# -- documented streamed response shapes ----------------------------------------------------
+def _feed(events: list[dict]) -> RequestRecord:
+    state = _StreamState(RequestRecord(request_id="r", cell_id="c", scheduled_at=0.0))
+    for i, event in enumerate(events):
+        state.on_event(json.dumps(event).encode(), float(i))
+    state.on_event(b"[DONE]", 99.0)
+    assert state.error is None and state.done
+    state.rec.output_text = "".join(state.text_parts)
+    return state.rec
+
+
+def _chunk(model, content, finish=None, usage=None, obj="chat.completion.chunk"):
+    event = {"id": "x", "object": obj, "created": 1, "model": model,
+             "choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish}]}
+    if usage is not None:
+        event["usage"] = usage
+    return event
+
+
+def test_vllm_stream_with_continuous_usage_stats():
+    # vLLM with continuous_usage_stats: cumulative usage on every chunk, then a usage-only chunk
+    u = lambda n: {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}  # noqa: E731
+    rec = _feed([_chunk(MODEL, "a", usage=u(1)), _chunk(MODEL, "bc", usage=u(3)),
+                 _chunk(MODEL, "d", "length", usage=u(4)),
+                 {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+                  "choices": [],
+                  "usage": {**u(4), "prompt_tokens_details": {"cached_tokens": 0}}}])
+    assert rec.chunk_tokens == [1, 2, 1] and rec.output_tokens == 4 and rec.prompt_tokens == 5
+    assert rec.finish_reason == "length" and rec.served_model == MODEL
+
+
+def test_sglang_trtllm_and_openai_final_usage_chunk_with_cached_tokens():
+    usage = {"prompt_tokens": 40, "completion_tokens": 2, "total_tokens": 42,
+             "prompt_tokens_details": {"cached_tokens": 32}}
+    rec = _feed([_chunk("m", "x"), _chunk("m", "y", "length"),
+                 {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                  "choices": [], "usage": usage}])
+    assert rec.output_tokens == 2 and rec.prompt_tokens == 40 and rec.chunk_tokens == [1, 1]
+    assert cached_prompt_tokens(usage) == 32
+    assert cached_prompt_tokens({"prompt_tokens": 3}) is None  # absent is not zero
+    assert cached_prompt_tokens(None) is None
+
+
+def test_tgi_stream_shape():
+    # TGI's chat chunks carry usage on the final chunk together with finish_reason
+    rec = _feed([_chunk(MODEL, "He", obj="chat.completion.chunk"),
+                 _chunk(MODEL, "llo", "length",
+                        usage={"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9})])
+    assert rec.output_text == "Hello" and rec.output_tokens == 2 and rec.finish_reason == "length"
