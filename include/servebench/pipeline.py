@@ -21,6 +21,7 @@ from servebench.notify.digest import render_digest
 from servebench.notify.slack import post_digest
 from servebench.provenance import hardware, suite_git_sha
 from servebench.provision.local import LocalProvisioner
+from servebench.results.contract import enforce, validate_run
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore, encode_run_id
 from servebench.runner import VariantRunner, cell_id, unit_id
@@ -173,13 +174,20 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
         "n_invalid": statuses.count("invalid"), "n_failed": statuses.count("failed"),
         "spec_json": spec.model_dump_json(),
     }])
+    # the contract: a batch that breaks it is not published (the run fails, with the report)
+    expected = [(u["target"], u["variant"], w.name, c)
+                for u in plan["units"] for w in spec.workloads for c in spec.load.concurrency]
+    report = validate_run(combined, expected)
+    store.put_text(f"contracts/date={run_date.isoformat()}/{encode_run_id(run_id)}.txt",
+                   report.render())
+    enforce(report)
     manifest = store.publish(run_id, run_date, combined)
     store.drop_scratch(run_id)
     return {
         "run_id": run_id, "run_date": run_date.isoformat(), "results_uri": settings.results_uri,
         "n_cells": len(statuses), "n_ok": statuses.count("ok"),
         "n_invalid": statuses.count("invalid"), "n_failed": statuses.count("failed"),
-        "rows": {t.name: t.rows for t in manifest.tables},
+        "rows": {name: entry.rows for name, entry in manifest.tables.items()},
     }
 
 
