@@ -33,8 +33,30 @@ def _filler(rng: random.Random, approx_tokens: int) -> str:
     return " ".join(parts)
 
 
+def _question(rng: random.Random) -> str:
+    a, b = rng.randint(10, 99), rng.randint(10, 99)
+    return f" {a}+{b}="
+
+
 def _user(text: str) -> list[dict]:
     return [{"role": "user", "content": text}]
+
+
+def _ending_in_question(tokenizer: Tokenizer, head: str, question: str, n_tokens: int) -> str:
+    """``n_tokens`` tokens of ``head`` (cut) followed by ``question``.
+
+    Prompts end in an open question so that every stack's first generated token is visible
+    text: a model that opens with its end-of-sequence token (streamed as no text by some
+    servers) would leave TTFT unobservable.
+    """
+    q_tokens = len(tokenizer.encode(question))
+    for cut in (n_tokens - q_tokens, n_tokens - q_tokens - 1, n_tokens - q_tokens + 1):
+        if cut <= 0:
+            break
+        text = text_of_length(tokenizer, head, cut) + question
+        if len(tokenizer.encode(text)) == n_tokens:
+            return text
+    raise ValueError(f"cannot build a {n_tokens}-token prompt ending in {question!r}")
 
 
 def build_prompts(
@@ -43,21 +65,23 @@ def build_prompts(
     """The ``num_requests`` prompts of a workload, deterministic in ``seed``."""
     rng = random.Random(f"{seed}:{workload.name}")
     if isinstance(workload, FixedWorkload):
-        items = []
-        for _ in range(workload.num_requests):
-            text = text_of_length(tokenizer, _filler(rng, workload.input_tokens), workload.input_tokens)
-            items.append(PromptItem(_user(text), workload.input_tokens, workload.output_tokens))
-        return items
+        n = workload.input_tokens
+        return [
+            PromptItem(_user(_ending_in_question(tokenizer, _filler(rng, n), _question(rng), n)),
+                       n, workload.output_tokens)
+            for _ in range(workload.num_requests)
+        ]
     prefixes = [
         text_of_length(tokenizer, _filler(rng, workload.prefix_tokens), workload.prefix_tokens)
         for _ in range(workload.num_prefixes)
     ]
+    total = workload.prefix_tokens + workload.suffix_tokens
     items = []
     for i in range(workload.num_requests):
         prefix = prefixes[i % workload.num_prefixes]
-        # the suffix is cut so that prefix + suffix is exact as one text (merges at the seam)
-        total = workload.prefix_tokens + workload.suffix_tokens
-        text = text_of_length(tokenizer, prefix + " " + _filler(rng, workload.suffix_tokens), total)
+        # cut as one text so the count is exact across the seam; the prefix must survive whole
+        head = prefix + " " + _filler(rng, workload.suffix_tokens)
+        text = _ending_in_question(tokenizer, head, _question(rng), total)
         if not text.startswith(prefix):
             raise ValueError(f"workload {workload.name}: prefix changed when cut to {total} tokens")
         items.append(PromptItem(_user(text), total, workload.output_tokens))

@@ -40,6 +40,7 @@ class LagStats:
     n: int
     mean_ms: float
     p50_ms: float
+    p95_ms: float
     p99_ms: float
     max_ms: float
 
@@ -48,10 +49,10 @@ class LagStats:
         """Build from lag values in seconds."""
         if not values:
             nan = math.nan
-            return cls(0, nan, nan, nan, nan)
+            return cls(0, nan, nan, nan, nan, nan)
         a = np.asarray(values, dtype=float) * 1000.0
         return cls(len(a), float(a.mean()), float(np.percentile(a, 50)),
-                   float(np.percentile(a, 99)), float(a.max()))
+                   float(np.percentile(a, 95)), float(np.percentile(a, 99)), float(a.max()))
 
 
 @dataclass(slots=True)
