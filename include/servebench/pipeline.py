@@ -58,6 +58,9 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
         except KeyError as exc:
             problems.append(f"{where}.stack: {exc.args[0]}")
             continue
+        for problem in adapter.sampling_problems(spec.sampling):
+            problems.append(f"{path}: field sampling: {target.stack} (target {target.name}): "
+                            f"{problem}")
         for v_idx, variant in enumerate(target.variants):
             for problem in adapter.check(variant, settings):
                 problems.append(

@@ -19,11 +19,11 @@ from servebench.cost import cost_fields
 from servebench.evals.runner import EvalOutcome, run_golden_set
 from servebench.loadgen.closed_loop import run_closed_loop_sync
 from servebench.metrics import Slo, ValidityChecks, compute_cell_metrics
-from servebench.provision.local import LocalProvisioner, RunningServer, free_port
+from servebench.provision.local import LocalProvisioner, free_port
 from servebench.provenance import file_sha256
 from servebench.results.schema import CELLS
 from servebench.settings import Settings
-from servebench.stacks.base import LaunchSpec, StackAdapter, get_stack
+from servebench.stacks.base import StackAdapter, get_stack
 from servebench.telemetry import deltas, prefix_cache_hit_rate, scrape
 from servebench.tokenize import FileTokenizer, ServerTokenizer, Tokenizer
 from servebench.workloads import TEMPLATE_OVERHEAD_MAX, build_prompts
@@ -42,6 +42,18 @@ class VariantResult:
     cells: list[dict] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a variant is served and how to talk to it: a launched server or a hosted API."""
+
+    base_url: str
+    served_model: str
+    chat_path: str
+    metrics_path: str | None = None
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may carry a key
+    argv: list[str] | None = None  # the launch command, for provenance
 
 
 def cell_id(target: str, variant: str, workload: str, concurrency: int) -> str:
@@ -73,7 +85,7 @@ class VariantRunner:
         self.result = VariantResult()
 
     # -- rows -------------------------------------------------------------------------------
-    def _base_row(self, workload: str, concurrency: int, launch: LaunchSpec | None) -> dict:
+    def _base_row(self, workload: str, concurrency: int, argv: list[str] | None) -> dict:
         model_path = self.settings.resolve(self.variant.model)
         return {
             "cell_id": cell_id(self.target.name, self.variant.name, workload, concurrency),
@@ -87,17 +99,17 @@ class VariantRunner:
             "concurrency": concurrency,
             "engine": self.adapter.engine,
             "engine_version": self._engine_version,
-            "launch_args": json.dumps(launch.argv) if launch else None,
+            "launch_args": json.dumps(argv) if argv else None,
             "model_file_sha256": file_sha256(model_path),
             "hardware": self.hardware,
             "sampling_hash": self.spec.sampling.spec_hash(),
             "price_per_hour": self.spec.price_per_hour,
         }
 
-    def _all_cells_failed(self, reason: str, launch: LaunchSpec | None) -> None:
-        for workload in self.spec.workloads:
+    def _failed_cells(self, reason: str, argv: list[str] | None, workloads=None) -> None:
+        for workload in workloads or self.spec.workloads:
             for conc in self.spec.load.concurrency:
-                row = self._base_row(workload.name, conc, launch)
+                row = self._base_row(workload.name, conc, argv)
                 row.update(status="failed", reason=reason)
                 self.result.cells.append(row)
 
@@ -106,7 +118,12 @@ class VariantRunner:
         self._engine_version = self.adapter.version(self.settings)
         problems = self.adapter.check(self.variant, self.settings)
         if problems:
-            self._all_cells_failed("; ".join(problems), None)
+            self._failed_cells("; ".join(problems), None)
+            return self.result
+        static = self.adapter.static_endpoint(self.variant, self.settings)
+        if static is not None:  # a hosted API: nothing to launch or stop
+            self._run_on(Endpoint(static.base_url, static.served_model, static.chat_path,
+                                  headers=static.headers))
             return self.result
         port = free_port()
         launch = self.adapter.local_launch(
@@ -120,61 +137,66 @@ class VariantRunner:
             )
         except Exception as exc:  # launch failure is data: every cell records why
             log.exception("launch of %s failed", name)
-            self._all_cells_failed(f"launch failed: {exc}", launch)
+            self._failed_cells(f"launch failed: {exc}", launch.argv)
             return self.result
         try:
-            self._run_on(server, launch)
+            self._run_on(Endpoint(server.base_url, launch.served_model, self.adapter.chat_path,
+                                  launch.metrics_path, argv=launch.argv))
         finally:
             self.provisioner.stop(server)
         return self.result
 
-    def _tokenizer(self, server: RunningServer, launch: LaunchSpec) -> Tokenizer:
-        if self.target.stack == "llama_cpp":
-            return ServerTokenizer(server.base_url)
-        return FileTokenizer(self.settings.resolve(self.variant.model))
+    def _tokenizer(self, endpoint: Endpoint) -> Tokenizer:
+        if self.adapter.tokenize_path:  # the server's own tokenizer is the ground truth
+            return ServerTokenizer(endpoint.base_url, path=self.adapter.tokenize_path,
+                                   headers=endpoint.headers)
+        local = self.settings.resolve(self.variant.model)
+        if not (local / "tokenizer.json").is_file():
+            raise ValueError(f"no tokenizer: {self.target.stack} has no tokenize endpoint and "
+                             f"{local} has no tokenizer.json")
+        return FileTokenizer(local)
 
-    def _run_on(self, server: RunningServer, launch: LaunchSpec) -> None:
-        tokenizer = self._tokenizer(server, launch)
-        for workload in self.spec.workloads:
+    def _run_on(self, endpoint: Endpoint) -> None:
+        try:
+            tokenizer = self._tokenizer(endpoint)
+        except Exception as exc:
+            self._failed_cells(f"workload build failed: {exc}", endpoint.argv)
+            tokenizer = None
+        for workload in self.spec.workloads if tokenizer else []:
             try:
                 prompts = build_prompts(workload, tokenizer, self.spec.sampling.seed)
             except Exception as exc:
-                for conc in self.spec.load.concurrency:
-                    row = self._base_row(workload.name, conc, launch)
-                    row.update(status="failed", reason=f"workload build failed: {exc}")
-                    self.result.cells.append(row)
+                self._failed_cells(f"workload build failed: {exc}", endpoint.argv, [workload])
                 continue
             for conc in self.spec.load.concurrency:
                 try:
-                    self._run_cell(server, launch, workload.name, conc, prompts)
+                    self._run_cell(endpoint, workload.name, conc, prompts)
                 except Exception as exc:  # one broken cell must not lose the others
                     log.exception("cell %s/%s c%d failed", self.variant.name, workload.name, conc)
-                    row = self._base_row(workload.name, conc, launch)
-                    row.update(status="failed", reason=f"{type(exc).__name__}: {exc}",
-                               server_metrics_json=json.dumps({"traceback": traceback.format_exc(
-                                   limit=5)}))
+                    row = self._base_row(workload.name, conc, endpoint.argv)
+                    row.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
                     self.result.cells.append(row)
-        self._run_golden(server, launch)
+        self._run_golden(endpoint)
 
-    def _run_cell(self, server, launch, workload_name, conc, prompts) -> None:
+    def _run_cell(self, endpoint: Endpoint, workload_name: str, conc: int, prompts) -> None:
         warmup = self.spec.load.warmup_requests
         items = prompts[:warmup] + prompts  # warm-up reuses the first prompts
         bodies = [
             self.adapter.chat_body(
-                served_model=launch.served_model, messages=p.messages,
+                served_model=endpoint.served_model, messages=p.messages,
                 sampling=self.spec.sampling, max_tokens=p.output_tokens, force_length=True,
                 variant=self.variant,
             )
             for p in items
         ]
         cid = cell_id(self.target.name, self.variant.name, workload_name, conc)
-        before = scrape(server.base_url, launch.metrics_path)
+        before = scrape(endpoint.base_url, endpoint.metrics_path)
         load = run_closed_loop_sync(
-            server.base_url, self.adapter.chat_path, bodies, concurrency=conc, warmup=warmup,
-            cell_id=cid, timeout_s=self.spec.load.request_timeout_s,
+            endpoint.base_url, endpoint.chat_path, bodies, concurrency=conc, warmup=warmup,
+            cell_id=cid, timeout_s=self.spec.load.request_timeout_s, headers=endpoint.headers,
             prompt_tokens_requested=[p.input_tokens for p in items],
         )
-        after = scrape(server.base_url, launch.metrics_path)
+        after = scrape(endpoint.base_url, endpoint.metrics_path)
         server_delta = deltas(before, after)
         cell = compute_cell_metrics(
             load.records,
@@ -182,7 +204,7 @@ class VariantRunner:
             slo=Slo(self.spec.slos.ttft_ms, self.spec.slos.tpot_ms, self.spec.slos.e2e_ms),
             checks=ValidityChecks(
                 exact_output_length=True,
-                expected_model=launch.served_model,
+                expected_model=endpoint.served_model,
                 prompt_abs_tolerance=TEMPLATE_OVERHEAD_MAX,
                 # usage vs streamed chunks only where every forced token streams as text
                 chunk_rel_tolerance=0.1 if self.adapter.forced_tokens_stream_as_text else None,
@@ -196,7 +218,7 @@ class VariantRunner:
         late = [f"{k} {v:.1f} ms" for k, v in lags.items() if v > CLIENT_LAG_BOUND_MS]
         if late:
             reasons.append(f"client_saturated: {', '.join(late)} > {CLIENT_LAG_BOUND_MS:.0f} ms")
-        row = self._base_row(workload_name, conc, launch)
+        row = self._base_row(workload_name, conc, endpoint.argv)
         row.update({k: v for k, v in cell.as_row().items() if k in CELLS.names})
         failed = cell.n_ok == 0
         row.update(
@@ -219,12 +241,12 @@ class VariantRunner:
                  row.get("ttft_ms_p50") or math.nan, row.get("output_throughput") or math.nan,
                  row["reason"] or "")
 
-    def _run_golden(self, server: RunningServer, launch: LaunchSpec) -> None:
+    def _run_golden(self, endpoint: Endpoint) -> None:
         outcomes: list[EvalOutcome] = []
         for name in self.target.golden_sets:
             ref = self.spec.golden_set(name)
             outcome = run_golden_set(
-                ref, adapter=self.adapter, launch=launch, base_url=server.base_url,
+                ref, adapter=self.adapter, endpoint=endpoint,
                 sampling=self.spec.sampling, variant=self.variant, settings=self.settings,
                 cell_prefix=unit_id(self.target.name, self.variant.name),
             )

@@ -39,11 +39,13 @@ class FileTokenizer:
 class ServerTokenizer:
     """llama.cpp's ``POST /tokenize`` and ``POST /detokenize``."""
 
-    def __init__(self, base_url: str, timeout_s: float = 30.0):
-        self._client = httpx.Client(base_url=base_url, timeout=timeout_s)
+    def __init__(self, base_url: str, *, path: str = "/tokenize", headers: dict | None = None,
+                 timeout_s: float = 30.0):
+        self._client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+        self._path = path
 
     def encode(self, text: str) -> list[int]:
-        resp = self._client.post("/tokenize", json={"content": text, "add_special": False})
+        resp = self._client.post(self._path, json={"content": text, "add_special": False})
         resp.raise_for_status()
         return resp.json()["tokens"]
 

@@ -160,7 +160,10 @@ def test_client_ttft_matches_server_truth() -> None:
         delays = np.array(r.chunk_times) - np.array(q["chunk_times"])
         assert len(delays) == 6 and delays.min() > -0.001 and delays.max() < slack, delays
         chunk_delay.extend(delays)
-    assert np.median(ttft_err) < 0.003 and np.median(chunk_delay) < 0.002, (ttft_err, chunk_delay)
+    # a systematic bias fails; CPU contention (the typical loop lag) is allowed for
+    typical = res.loop_lag.p95_ms / 1000
+    assert np.median(ttft_err) < 0.003 + typical, (ttft_err, res.loop_lag)
+    assert np.median(chunk_delay) < 0.002 + typical, (chunk_delay, res.loop_lag)
     assert res.loop_lag.n > 0 and res.send_lag.n == 8
 
 

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from servebench.config import GoldenSetRef, SamplingSpec, VariantSpec
 from servebench.evals.golden import load_golden_set
 from servebench.evals.scorers import get_scorer
 from servebench.loadgen.closed_loop import run_closed_loop_sync
 from servebench.settings import Settings
-from servebench.stacks.base import LaunchSpec, StackAdapter
+from servebench.stacks.base import StackAdapter
+
+if TYPE_CHECKING:
+    from servebench.runner import Endpoint
 
 
 @dataclass
@@ -31,8 +35,7 @@ def run_golden_set(
     ref: GoldenSetRef,
     *,
     adapter: StackAdapter,
-    launch: LaunchSpec,
-    base_url: str,
+    endpoint: Endpoint,
     sampling: SamplingSpec,
     variant: VariantSpec,
     settings: Settings,
@@ -41,14 +44,14 @@ def run_golden_set(
     items = load_golden_set(settings.resolve(ref.path))
     bodies = [
         adapter.chat_body(
-            served_model=launch.served_model, messages=item.chat_messages(), sampling=sampling,
+            served_model=endpoint.served_model, messages=item.chat_messages(), sampling=sampling,
             max_tokens=ref.max_tokens, force_length=False, variant=variant,
         )
         for item in items
     ]
     load = run_closed_loop_sync(
-        base_url, adapter.chat_path, bodies, concurrency=ref.concurrency, warmup=0,
-        cell_id=f"{cell_prefix}/golden/{ref.name}",
+        endpoint.base_url, endpoint.chat_path, bodies, concurrency=ref.concurrency, warmup=0,
+        cell_id=f"{cell_prefix}/golden/{ref.name}", headers=endpoint.headers,
     )
     rows, correct, errors = [], 0, 0
     for item, rec in zip(items, load.records, strict=True):

@@ -76,6 +76,9 @@ class StackAdapter(ABC):
     name: ClassVar[str]
     engine: ClassVar[str]  # what provenance calls it
     chat_path: ClassVar[str] = "/v1/chat/completions"
+    # the server's tokenizer endpoint (llama.cpp's /tokenize), used to cut prompts to exact
+    # token counts; None: the checkpoint's tokenizer.json is used instead
+    tokenize_path: ClassVar[str | None] = None
     # whether ``chat_body(force_length=True)`` really yields exactly max_tokens tokens
     can_force_length: ClassVar[bool] = True
     # False where forced tokens may be special ones the server does not stream as text

@@ -24,6 +24,7 @@ GGUF_QUANTS = {
 class LlamaCppStack(StackAdapter):
     name = "llama_cpp"
     engine = "llama.cpp"
+    tokenize_path = "/tokenize"
 
     def _server_bin(self, settings: Settings) -> Path:
         return settings.llama_bin / "llama-server"
