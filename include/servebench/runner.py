@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import traceback
 from dataclasses import dataclass, field
 
 from servebench.config import SweepSpec, TargetSpec, VariantSpec

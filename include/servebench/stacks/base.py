@@ -159,6 +159,35 @@ def stream_fields() -> dict:
     return {"stream": True, "stream_options": {"include_usage": True}}
 
 
+def chat_request(*, served_model: str, messages: list[dict], sampling: SamplingSpec,
+                 max_tokens: int) -> dict:
+    """What every OpenAI-compatible chat request carries: the model, the messages, the length
+    cap, the sampling knobs the OpenAI schema has, and streaming with a final usage chunk."""
+    return {
+        "model": served_model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "seed": sampling.seed,
+        **stream_fields(),
+    }
+
+
+def vllm_style_sampling(sampling: SamplingSpec, *, max_tokens: int, force_length: bool,
+                        top_k_disabled: int) -> dict:
+    """The knobs outside the OpenAI schema as vLLM's protocol spells them (SGLang, TensorRT-LLM
+    and vLLM-backed hosted APIs copy it): exact length is ignore_eos plus min_tokens.
+    ``top_k_disabled`` is the value that engine reads as "no top-k"."""
+    return {
+        "top_k": sampling.top_k or top_k_disabled,
+        "min_p": sampling.min_p,
+        "repetition_penalty": sampling.repetition_penalty,
+        "ignore_eos": force_length,
+        "min_tokens": max_tokens if force_length else 0,
+    }
+
+
 def cached_prompt_tokens(usage: dict | None) -> int | None:
     """Prompt tokens served from the prefix cache, from an OpenAI-style ``usage`` object.
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import LaunchSpec, StackAdapter, register_stack, stream_fields
+from servebench.stacks.base import LaunchSpec, StackAdapter, chat_request, register_stack
 
 GGUF_QUANTS = {
     "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m",
@@ -82,18 +82,13 @@ class LlamaCppStack(StackAdapter):
         variant: VariantSpec,
     ) -> dict:
         return {
-            "model": served_model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k,
+            **chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                           max_tokens=max_tokens),
+            "top_k": sampling.top_k,  # 0 disables top-k
             "min_p": sampling.min_p,
             "repeat_penalty": sampling.repetition_penalty,
-            "seed": sampling.seed,
             "ignore_eos": force_length,
             "cache_prompt": variant.prefix_caching,
-            **stream_fields(),
         }
 
     def version(self, settings: Settings) -> str:

@@ -29,8 +29,9 @@ from servebench.stacks.base import (
     LaunchSpec,
     StackAdapter,
     StaticEndpoint,
+    chat_request,
     register_stack,
-    stream_fields,
+    vllm_style_sampling,
 )
 
 EXACT_LENGTH_PROBLEM = (
@@ -140,14 +141,8 @@ class OpenAIApiStack(StackAdapter):
         variant: VariantSpec,
     ) -> dict:
         dialect = variant.endpoint.dialect if variant.endpoint else "openai"
-        body: dict = {
-            "model": served_model,
-            "messages": messages,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "seed": sampling.seed,
-            **stream_fields(),
-        }
+        body = chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                            max_tokens=max_tokens)
         if dialect == "openai":
             problems = self._openai_problems(sampling)
             if force_length:
@@ -155,14 +150,8 @@ class OpenAIApiStack(StackAdapter):
             if problems:
                 raise ValueError("; ".join(problems))
             # max_tokens is deprecated in the OpenAI API and rejected by its reasoning models
-            body["max_completion_tokens"] = max_tokens
+            body["max_completion_tokens"] = body.pop("max_tokens")
             return body
-        body.update(
-            max_tokens=max_tokens,
-            top_k=sampling.top_k or -1,
-            min_p=sampling.min_p,
-            repetition_penalty=sampling.repetition_penalty,
-            ignore_eos=force_length,
-            min_tokens=max_tokens if force_length else 0,
-        )
+        body.update(vllm_style_sampling(sampling, max_tokens=max_tokens,
+                                        force_length=force_length, top_k_disabled=-1))
         return body

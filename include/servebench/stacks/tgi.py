@@ -36,8 +36,8 @@ from servebench.stacks.base import (
     ContainerLaunch,
     LaunchSpec,
     StackAdapter,
+    chat_request,
     register_stack,
-    stream_fields,
 )
 from servebench.stacks.llama_cpp import GGUF_QUANTS
 
@@ -194,15 +194,10 @@ class TgiStack(StackAdapter):
         problems = self.sampling_problems(sampling)
         if problems:
             raise ValueError("; ".join(problems))
-        body = {
-            "model": served_model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": sampling.temperature,  # 0 -> greedy in TGI's chat route
-            "seed": sampling.seed,
-            **stream_fields(),
-        }
-        if sampling.top_p < 1.0:  # TGI rejects top_p >= 1; absent means no filtering
-            body["top_p"] = sampling.top_p
+        # temperature 0 -> greedy in TGI's chat route
+        body = chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                            max_tokens=max_tokens)
+        if sampling.top_p >= 1.0:  # TGI rejects top_p >= 1; absent means no filtering
+            del body["top_p"]
         # force_length cannot be honoured (see module docstring); check() rejects the variant
         return body

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import LaunchSpec, StackAdapter, register_stack, stream_fields
+from servebench.stacks.base import LaunchSpec, StackAdapter, chat_request, register_stack
 
 TORCH_DTYPES = {"float32", "bfloat16", "float16"}
 
@@ -122,14 +122,9 @@ class TransformersServeStack(StackAdapter):
             # ending only on the pad id, which the model never emits, is what forces length
             generation["eos_token_id"] = generation["pad_token_id"]
         return {
-            "model": served_model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "seed": sampling.seed,
+            **chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                           max_tokens=max_tokens),
             "generation_config": json.dumps(generation),
-            **stream_fields(),
         }
 
     def version(self, settings: Settings) -> str:

@@ -34,9 +34,10 @@ from servebench.stacks.base import (
     ContainerLaunch,
     LaunchSpec,
     StackAdapter,
+    chat_request,
     hf_model_in_container,
     register_stack,
-    stream_fields,
+    vllm_style_sampling,
 )
 from servebench.stacks.llama_cpp import GGUF_QUANTS
 
@@ -178,16 +179,9 @@ class TrtllmStack(StackAdapter):
         variant: VariantSpec,
     ) -> dict:
         return {
-            "model": served_model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k,  # 0 disables top-k in TensorRT-LLM
-            "min_p": sampling.min_p,
-            "repetition_penalty": sampling.repetition_penalty,
-            "seed": sampling.seed,
-            "ignore_eos": force_length,
-            "min_tokens": max_tokens if force_length else 0,
-            **stream_fields(),
+            **chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                           max_tokens=max_tokens),
+            # TensorRT-LLM: top_k 0 disables top-k
+            **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
+                                  top_k_disabled=0),
         }

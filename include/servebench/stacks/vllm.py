@@ -26,8 +26,10 @@ from servebench.stacks.base import (
     ContainerLaunch,
     LaunchSpec,
     StackAdapter,
+    chat_request,
     hf_model_in_container,
     register_stack,
+    vllm_style_sampling,
 )
 from servebench.stacks.llama_cpp import GGUF_QUANTS
 
@@ -177,18 +179,11 @@ class VllmStack(StackAdapter):
         variant: VariantSpec,
     ) -> dict:
         return {
-            "model": served_model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "top_k": sampling.top_k or -1,  # -1 disables top-k in every vLLM version
-            "min_p": sampling.min_p,
-            "repetition_penalty": sampling.repetition_penalty,
-            "seed": sampling.seed,
-            "ignore_eos": force_length,
-            "min_tokens": max_tokens if force_length else 0,
-            "stream": True,
+            **chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                           max_tokens=max_tokens),
+            # -1 disables top-k in every vLLM version
+            **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
+                                  top_k_disabled=-1),
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
 
