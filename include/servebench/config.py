@@ -163,6 +163,9 @@ class VariantSpec(_Strict):
         None, gt=0, description="CPU threads the engine may use (None: its default); on a "
         "shared host leave cores to the load generator")
     extra_args: list[str] = Field(default_factory=list)
+    request_overrides: dict = Field(
+        default_factory=dict, description="extra request fields, merged last into every request; "
+        "the run still checks from the responses that sampling matched")
     # GPU engines (vllm, sglang, tgi, trtllm); llama_cpp and transformers ignore these
     kv_cache_dtype: str | None = Field(None, description="auto, fp8, fp8_e4m3, fp8_e5m2, ...")
     max_num_batched_tokens: int | None = Field(None, gt=0, description="tokens per step")

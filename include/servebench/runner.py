@@ -181,11 +181,11 @@ class VariantRunner:
         warmup = self.spec.load.warmup_requests
         items = prompts[:warmup] + prompts  # warm-up reuses the first prompts
         bodies = [
-            self.adapter.chat_body(
+            {**self.adapter.chat_body(
                 served_model=endpoint.served_model, messages=p.messages,
                 sampling=self.spec.sampling, max_tokens=p.output_tokens, force_length=True,
                 variant=self.variant,
-            )
+            ), **self.variant.request_overrides}
             for p in items
         ]
         cid = cell_id(self.target.name, self.variant.name, workload_name, conc)

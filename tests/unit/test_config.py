@@ -23,12 +23,12 @@ def _local() -> dict:
 
 def test_error_names_file_and_nested_field():
     data = _local()
-    data["targets"][0]["variants"][1]["max_num_seqs"] = 0
+    data["targets"][0]["variants"][2]["max_num_seqs"] = 0
     with pytest.raises(SpecError) as err:
         parse_sweep(data, "sweeps/bad.yaml")
     msg = str(err.value)
     assert "sweeps/bad.yaml" in msg
-    assert "targets[0](name=adder-llamacpp).variants[1](name=q8_0).max_num_seqs" in msg
+    assert "targets[0](name=adder-llamacpp).variants[2](name=q8_0).max_num_seqs" in msg
 
 
 def test_workload_union_error_names_the_field_not_the_tag():

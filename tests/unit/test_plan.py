@@ -42,7 +42,7 @@ def _sweep(tmp_path: Path, edit=None) -> Path:
 def test_plan_expands_units(tmp_path):
     plan = plan_run(str(_sweep(tmp_path)), settings=_settings(tmp_path))
     assert [u["unit_id"] for u in plan["units"]] == [
-        "adder-llamacpp--f16", "adder-llamacpp--q8_0", "adder-llamacpp--q4_k_m",
+        "adder-llamacpp--f16", "adder-llamacpp--f16-nocache", "adder-llamacpp--q8_0", "adder-llamacpp--q4_k_m",
         "adder-llamacpp--q2_k", "adder-transformers--f32",
     ]
     assert plan["sampling_hash"] and plan["run_date"]
@@ -55,7 +55,7 @@ def test_missing_model_file_names_field(tmp_path):
         plan_run(str(_sweep(tmp_path)), settings=settings)
     msg = str(err.value)
     assert "sweep.yaml" in msg
-    assert "targets[0](name=adder-llamacpp).variants[3](name=q2_k)" in msg
+    assert "targets[0](name=adder-llamacpp).variants[4](name=q2_k)" in msg
     assert "adder-3m-q2_k.gguf does not exist" in msg
 
 

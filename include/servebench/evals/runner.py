@@ -43,10 +43,10 @@ def run_golden_set(
 ) -> EvalOutcome:
     items = load_golden_set(settings.resolve(ref.path))
     bodies = [
-        adapter.chat_body(
+        {**adapter.chat_body(
             served_model=endpoint.served_model, messages=item.chat_messages(), sampling=sampling,
             max_tokens=ref.max_tokens, force_length=False, variant=variant,
-        )
+        ), **variant.request_overrides}
         for item in items
     ]
     load = run_closed_loop_sync(

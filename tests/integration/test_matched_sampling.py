@@ -1,0 +1,64 @@
+"""Against a real llama-server: cells are valid only when the responses prove matched
+sampling, and prompt caching shows in the scraped server metrics.
+
+Runs one variant at a time through the same VariantRunner the DAG uses (needs `make setup`).
+"""
+
+import pytest
+import yaml
+
+from servebench.config import parse_sweep
+from servebench.provenance import hardware
+from servebench.provision.local import LocalProvisioner
+from servebench.runner import VariantRunner
+from servebench.settings import PROJECT_ROOT, get_settings
+
+pytestmark = pytest.mark.integration
+
+
+def _spec(**variant):
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["workloads"] = [
+        {"kind": "shared_prefix", "name": "prefix", "prefix_tokens": 128, "suffix_tokens": 16,
+         "num_prefixes": 2, "output_tokens": 16, "num_requests": 12},
+    ]
+    data["load"]["concurrency"] = [2]
+    data["targets"] = [{
+        "name": "llama", "stack": "llama_cpp", "golden_sets": [],
+        "variants": [{"name": "v", "model": "build/models/adder-3m-f16.gguf", "quant": "f16",
+                      "max_num_seqs": 2, "max_model_len": 512, "threads": 1, **variant}],
+    }]
+    return parse_sweep(data, "test")
+
+
+def _run(tmp_path, **variant):
+    spec = _spec(**variant)
+    target = spec.targets[0]
+    runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
+                           provisioner=LocalProvisioner(tmp_path), hardware=hardware())
+    result = runner.run()
+    assert not list(tmp_path.glob("*.server.json"))  # the server was stopped
+    [cell] = result.cells
+    return cell, result.requests
+
+
+def test_forced_length_is_proven_valid(tmp_path):
+    cell, requests = _run(tmp_path)
+    assert cell["status"] == "ok", cell["reason"]
+    measured = [r for r in requests if not r["warmup"]]
+    assert all(r["output_tokens"] == 16 and r["finish_reason"] == "length" for r in measured)
+
+
+def test_a_variant_that_stops_at_eos_is_invalid_with_the_reason(tmp_path):
+    # the override lets the model end early: the responses must give it away
+    cell, requests = _run(tmp_path, request_overrides={"ignore_eos": False})
+    assert cell["status"] == "invalid"
+    assert "output_tokens" in cell["reason"] and "requested" in cell["reason"]
+    assert any(r["finish_reason"] == "stop" for r in requests)
+
+
+def test_prefix_cache_hits_with_caching_on_and_not_off(tmp_path):
+    on, _ = _run(tmp_path / "on")
+    off, _ = _run(tmp_path / "off", prefix_caching=False)
+    assert on["prefix_cache_hit_rate"] > 0.6, on["prefix_cache_hit_rate"]
+    assert off["prefix_cache_hit_rate"] < 0.2, off["prefix_cache_hit_rate"]
