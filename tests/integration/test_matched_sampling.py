@@ -62,3 +62,13 @@ def test_prefix_cache_hits_with_caching_on_and_not_off(tmp_path):
     off, _ = _run(tmp_path / "off", prefix_caching=False)
     assert on["prefix_cache_hit_rate"] > 0.6, on["prefix_cache_hit_rate"]
     assert off["prefix_cache_hit_rate"] < 0.2, off["prefix_cache_hit_rate"]
+
+
+def test_a_variant_that_cannot_launch_is_failed_cells_with_the_log(tmp_path, monkeypatch):
+    bad = tmp_path / "models" / "broken.gguf"
+    bad.parent.mkdir()
+    bad.write_bytes(b"GGUF but not really a model")
+    cell, requests = _run(tmp_path / "state", model=str(bad))
+    assert cell["status"] == "failed"
+    assert cell["reason"].startswith("launch failed:") and "exited with code" in cell["reason"]
+    assert requests == []

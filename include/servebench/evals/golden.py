@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from servebench.evals.scorers import known_scorers
+from servebench.evals.scorers import known_scorers, validate_reference
 
 
 class GoldenSetError(ValueError):
@@ -30,6 +30,9 @@ class GoldenItem(BaseModel):
             raise ValueError("give exactly one of 'messages' or 'prompt'")
         if self.scorer not in known_scorers():
             raise ValueError(f"unknown scorer {self.scorer!r}; known: {known_scorers()}")
+        problem = validate_reference(self.scorer, self.reference)  # a bad regex/schema, early
+        if problem:
+            raise ValueError(problem)
         return self
 
     def chat_messages(self) -> list[dict]:

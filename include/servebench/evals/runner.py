@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from servebench.config import GoldenSetRef, SamplingSpec, VariantSpec
 from servebench.evals.golden import load_golden_set
-from servebench.evals.scorers import get_scorer
+from servebench.evals.scorers import ScoreResult, score_answer
 from servebench.loadgen.closed_loop import run_closed_loop_sync
 from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter
@@ -56,18 +56,22 @@ def run_golden_set(
     rows, correct, errors = [], 0, 0
     for item, rec in zip(items, load.records, strict=True):
         answer = rec.output_text
-        score = get_scorer(item.scorer)(answer, item.reference) if rec.ok else 0.0
+        # a failed request scores 0 and keeps its error; a scorer that could not judge (the
+        # judge endpoint down) scores 0 with score_error, not counted as the model's error
+        result = score_answer(item.scorer, answer, item.reference) if rec.ok \
+            else ScoreResult(0.0, False)
         errors += not rec.ok
-        correct += score >= 1.0
+        correct += result.correct
         rows.append({
             "golden_set": ref.name,
             "item_id": item.id,
             "reference": item.reference,
             "answer": answer,
-            "score": score,
-            "correct": score >= 1.0,
+            "score": result.score,
+            "correct": result.correct,
             "latency_ms": rec.e2e_s * 1000.0 if not math.isnan(rec.e2e_s) else None,
             "finish_reason": rec.finish_reason,
             "error": rec.error,
+            "score_error": result.error,
         })
     return EvalOutcome(ref.name, correct / len(items), len(items), errors, rows)

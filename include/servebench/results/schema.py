@@ -170,6 +170,7 @@ EVALS = pa.schema(
         _f("latency_ms", _F64),
         _f("finish_reason", _STR),
         _f("error", _STR),
+        _f("score_error", _STR),  # the scorer could not judge (e.g. the judge was down)
     ]
 )
 
