@@ -148,6 +148,15 @@ class EndpointSpec(_Strict):
         return self
 
 
+class CrossStackGroup(_Strict):
+    """Variants that serve the same model at the same precision on different stacks: their
+    golden-set answers should agree, and a member that disagrees has a correctness bug."""
+
+    name: str
+    members: list[str] = Field(min_length=2, description="'target/variant' names")
+    min_agreement: float = Field(0.98, gt=0, le=1, description="share of identical answers")
+
+
 class VariantSpec(_Strict):
     """One way of serving a target's model; shared by every stack adapter."""
 
@@ -208,6 +217,7 @@ class SweepSpec(_Strict):
     load: LoadPoints
     golden_sets: list[GoldenSetRef] = Field(default_factory=list)
     gate: GateSpec = GateSpec()
+    cross_stack: list[CrossStackGroup] = Field(default_factory=list)
     targets: list[TargetSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -220,6 +230,12 @@ class SweepSpec(_Strict):
             dupes = sorted({n for n in names if names.count(n) > 1})
             if dupes:
                 raise ValueError(f"duplicate {kind} names {dupes}")
+        variants = {f"{t.name}/{v.name}" for t in self.targets for v in t.variants}
+        for group in self.cross_stack:
+            unknown = [m for m in group.members if m not in variants]
+            if unknown:
+                raise ValueError(f"cross_stack group {group.name!r} names {unknown}, which are "
+                                 f"not target/variant pairs of this sweep")
         known = {g.name for g in self.golden_sets}
         for target in self.targets:
             missing = [g for g in target.golden_sets if g not in known]

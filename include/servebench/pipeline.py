@@ -15,7 +15,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from servebench.config import SpecError, SweepSpec, load_sweep
-from servebench.evals.gate import gate_columns
+from servebench.evals.gate import cross_stack_columns, gate_columns
 from servebench.evals.golden import GoldenSetError, load_golden_set
 from servebench.notify.digest import render_digest
 from servebench.notify.slack import post_digest
@@ -161,8 +161,10 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
         for name, parts in tables.items()
     }
     # the quality gate needs every variant's answers, so it runs here, not in a bench task
-    gates = gate_columns(spec, combined["evals"].to_pylist())
-    cells = [{**row, **gates.get((row["target"], row["variant"]), {})}
+    evals = combined["evals"].to_pylist()
+    gates, cross = gate_columns(spec, evals), cross_stack_columns(spec, evals)
+    cells = [{**row, **gates.get((row["target"], row["variant"]), {}),
+              **cross.get((row["target"], row["variant"]), {})}
              for row in combined["cells"].to_pylist()]
     combined["cells"] = rows_to_table("cells", cells)
     statuses = combined["cells"].column("status").to_pylist()

@@ -91,3 +91,43 @@ def test_unpaired_items_or_many_errors_are_inconclusive():
     errored = _outcomes([0] * 10 + [1] * 90, errors=set(range(10)))
     verdict = gate(base, errored)
     assert verdict.verdict == "inconclusive" and "requests failed" in verdict.reason
+
+
+def _spec_with_group(members, min_agreement=0.98):
+    from servebench.config import parse_sweep
+    import yaml
+    from servebench.settings import PROJECT_ROOT
+
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["cross_stack"] = [{"name": "g", "members": members, "min_agreement": min_agreement}]
+    return parse_sweep(data, "x")
+
+
+def _evals(target, variant, answers):
+    return [{"target": target, "variant": variant, "golden_set": "addition", "item_id": f"i{k}",
+             "answer": a, "error": None} for k, a in enumerate(answers)]
+
+
+def test_cross_stack_flags_the_member_that_disagrees():
+    from servebench.evals.gate import cross_stack_columns
+
+    spec = _spec_with_group(["adder-llamacpp/f16", "adder-llamacpp/q8_0", "adder-transformers/f32"])
+    right = [str(k) for k in range(100)]
+    buggy = list(right)
+    for k in range(0, 100, 10):
+        buggy[k] = "wrong"  # a stack-specific bug, e.g. a broken chat template
+    evals = (_evals("adder-llamacpp", "f16", right) + _evals("adder-llamacpp", "q8_0", right)
+             + _evals("adder-transformers", "f32", buggy))
+    cols = cross_stack_columns(spec, evals)
+    assert cols[("adder-llamacpp", "f16")]["cross_stack_verdict"] == "consistent"
+    bad = cols[("adder-transformers", "f32")]
+    assert bad["cross_stack_verdict"] == "differs"
+    assert bad["cross_stack_agreement"] == 0.9
+    assert bad["cross_stack_differing_ids"] == sorted(f"i{k}" for k in range(0, 100, 10))
+
+
+def test_cross_stack_group_must_name_real_variants():
+    from servebench.config import SpecError
+
+    with pytest.raises(SpecError, match=r"cross_stack group 'g' names \['nope/f16'\]"):
+        _spec_with_group(["adder-llamacpp/f16", "nope/f16"])

@@ -150,3 +150,44 @@ def gate_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
                            gate_relative=v.relative, gate_flipped_ids=v.flipped_ids)
             columns[key] = col
     return columns
+
+
+def cross_stack_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
+    """For each cross-stack group: how often each member's answers equal the answer most
+    members gave (per golden item, on the headline golden set of its target). A member below
+    the group's ``min_agreement`` is flagged ``differs`` with the item ids; with two members
+    a disagreement cannot be attributed, so both are flagged."""
+    columns: dict[tuple[str, str], dict] = {}
+    by_member: dict[str, dict[str, str]] = {}
+    for row in evals:
+        target = spec.target(row["target"])
+        if target.golden_sets and row["golden_set"] == target.golden_sets[0]:
+            answer = row["answer"].strip() if row.get("error") is None else None
+            by_member.setdefault(f"{row['target']}/{row['variant']}", {})[row["item_id"]] = answer
+    for group in spec.cross_stack:
+        present = [m for m in group.members if m in by_member]
+        items = sorted(set.intersection(*(set(by_member[m]) for m in present))) if present else []
+        majority = {}
+        for item in items:
+            answers = [by_member[m][item] for m in present]
+            majority[item] = max(set(answers), key=answers.count)
+        for member in group.members:
+            target, variant = member.split("/", 1)
+            col = {"cross_stack_group": group.name}
+            if member not in present or len(present) < 2 or not items:
+                col.update(cross_stack_verdict="inconclusive",
+                           cross_stack_reason="fewer than two members have golden-set answers")
+            else:
+                differ = [i for i in items if by_member[member][i] != majority[i]
+                          or by_member[member][i] is None]
+                agreement = 1 - len(differ) / len(items)
+                col.update(cross_stack_agreement=agreement, cross_stack_differing_ids=differ)
+                if agreement >= group.min_agreement:
+                    col.update(cross_stack_verdict="consistent",
+                               cross_stack_reason=f"{agreement:.1%} of answers match the group")
+                else:
+                    col.update(cross_stack_verdict="differs", cross_stack_reason=(
+                        f"only {agreement:.1%} of answers match the rest of {group.name} "
+                        f"(min {group.min_agreement:.0%}): a correctness bug, not quantization"))
+            columns[(target, variant)] = col
+    return columns

@@ -137,6 +137,10 @@ def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
                 f"accuracy {acc}")
         if r.get("gate_verdict") != "baseline":
             line += f" vs {fmt_text(r.get('gate_baseline'))}: {_one_line(r.get('gate_reason'))}"
+        if not _isnan(r.get("cross_stack_verdict")):
+            line += (f"; across stacks ({fmt_text(r.get('cross_stack_group'))}): "
+                     f"{fmt_text(r.get('cross_stack_verdict')).upper()}, "
+                     f"{_one_line(r.get('cross_stack_reason'))}")
         flipped = r.get("gate_flipped_ids")
         if flipped is not None and len(flipped):
             shown = ", ".join(list(flipped)[:max_ids])

@@ -114,6 +114,11 @@ CELLS = pa.schema(
         _f("gate_p_value", _F64),  # exact McNemar on the flipped items
         _f("gate_relative", _F64),  # accuracy / baseline accuracy
         _f("gate_flipped_ids", pa.list_(_STR)),  # items right on the baseline, wrong here
+        _f("cross_stack_group", _STR),  # same model and precision on other stacks
+        _f("cross_stack_verdict", _STR),  # consistent | differs | inconclusive
+        _f("cross_stack_reason", _STR),
+        _f("cross_stack_agreement", _F64),  # share of answers equal to the group's majority
+        _f("cross_stack_differing_ids", pa.list_(_STR)),
         _f("engine", _STR),
         _f("engine_version", _STR),
         _f("launch_args", _STR),
