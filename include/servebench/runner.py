@@ -229,10 +229,8 @@ class VariantRunner:
             client_loop_lag_ms_p99=load.loop_lag.p99_ms,
             server_metrics_json=json.dumps(server_delta) if server_delta else None,
         )
-        out_tokens = sum(r.output_tokens or 0 for r in load.records if r.ok)
-        row.update(cost_fields(price_per_hour=self.spec.price_per_hour,
-                               duration_s=cell.duration_s, output_tokens=out_tokens,
-                               successes=cell.n_ok))
+        row["output_tokens_total"] = sum(r.output_tokens or 0 for r in load.records if r.ok)
+        row.update(self._cost(row))
         self.result.cells.append(row)
         for rec in load.all_records():
             self.result.requests.append(rec.to_row())
@@ -258,3 +256,10 @@ class VariantRunner:
             accuracy = outcomes[0].accuracy  # the first golden set is the headline number
             for row in self.result.cells:
                 row.update(accuracy=accuracy, golden_set=outcomes[0].name)
+                if row.get("n_ok") is not None:  # wrong answers are not successes
+                    row.update(self._cost(row))
+
+    def _cost(self, row: dict) -> dict:
+        return cost_fields(price_per_hour=self.spec.price_per_hour, duration_s=row["duration_s"],
+                           output_tokens=row["output_tokens_total"], n_ok=row["n_ok"],
+                           accuracy=row.get("accuracy"))

@@ -100,6 +100,7 @@ CELLS = pa.schema(
         _f("slo_e2e_ms", _F64),
         _f("output_tokens_requested", _I32),
         _f("output_tokens_mean", _F64),
+        _f("output_tokens_total", _I64),
         _f("prompt_tokens_mean", _F64),
     ]
     + _latency_fields()
