@@ -217,6 +217,12 @@ class VariantRunner:
         late = [f"{k} {v:.1f} ms" for k, v in lags.items() if v > CLIENT_LAG_BOUND_MS]
         if late:
             reasons.append(f"client_saturated: {', '.join(late)} > {CLIENT_LAG_BOUND_MS:.0f} ms")
+        # all of a response's chunks in one read: TPOT/ITL were not observed, only inferred 0
+        multi = [r for r in load.records if r.ok and len(r.chunk_times) > 1]
+        coalesced = sum(1 for r in multi if r.chunk_times[0] == r.chunk_times[-1])
+        if multi and coalesced > len(multi) / 2:
+            reasons.append(f"timing_unresolved: {coalesced}/{len(multi)} responses arrived in a "
+                           "single read, so per-token timing was not observed")
         row = self._base_row(workload_name, conc, endpoint.argv)
         row.update({k: v for k, v in cell.as_row().items() if k in CELLS.names})
         failed = cell.n_ok == 0

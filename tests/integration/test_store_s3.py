@@ -1,7 +1,5 @@
 """ResultStore against a real S3-compatible server (moto) on loopback."""
 import datetime as dt
-import socket
-
 import pytest
 
 from servebench.results.schema import rows_to_table
@@ -11,32 +9,6 @@ pytestmark = pytest.mark.integration
 
 D1 = dt.date(2025, 3, 1)
 RUN = "scheduled__2025-03-01T00:00:00+00:00"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def s3_endpoint(monkeypatch):
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret",
-                 "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    for k in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"):
-        monkeypatch.delenv(k, raising=False)
-    port = _free_port()
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=port)
-    server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
-    try:
-        yield endpoint
-    finally:
-        server.stop()
 
 
 def _tables(run_id, n):
