@@ -213,8 +213,7 @@ class VariantRunner:
         # the client, not the server, set the pace: requests went out late, or the event
         # loop was blocked for a sustained share of the window (p95; one GC pause is not
         # saturation, and it shows in the latency percentiles as what it is)
-        lags = {"send lag p99": load.send_lag.p99_ms, "event-loop lag p95": load.loop_lag.p95_ms}
-        late = [f"{k} {v:.1f} ms" for k, v in lags.items() if v > CLIENT_LAG_BOUND_MS]
+        late = load.client_lag_reasons(CLIENT_LAG_BOUND_MS)
         if late:
             reasons.append(f"client_saturated: {', '.join(late)} > {CLIENT_LAG_BOUND_MS:.0f} ms")
         # all of a response's chunks in one read: TPOT/ITL were not observed, only inferred 0

@@ -4,6 +4,7 @@ edge cases): record completeness, concurrency, warm-up, errors as data, timing a
 from __future__ import annotations
 
 import asyncio
+import time
 import socket
 from typing import Any, AsyncIterator
 
@@ -70,6 +71,11 @@ def test_concurrency_is_held(concurrency: int) -> None:
     with serve_in_thread(FakeServerConfig(ttft_s=0.02, itl_s=0.002)) as srv:
         res = run_closed_loop_sync(srv.url, CHAT, [chat_body(6) for _ in range(n)],
                                    concurrency=concurrency, cell_id="c")
+        # the client may read [DONE] before the server thread stamps its own done_at
+        deadline = time.monotonic() + 2
+        while any(q["done_at"] is None for q in srv.truth()["requests"]):
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         truth = srv.truth()
     assert truth["max_in_flight"] == concurrency                         # never more than N
     reqs = truth["requests"]

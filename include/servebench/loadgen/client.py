@@ -1,4 +1,9 @@
-"""Streaming client for OpenAI-compatible servers: one request in, one :class:`RequestRecord` out.
+"""Reference streaming client (httpx) for OpenAI-compatible servers: one request, one record.
+
+The load runners use :mod:`servebench.loadgen.fastclient` by default (``client="auto"`` picks
+this one only for ``https``; ``client="httpx"`` forces it). This module stays the reference:
+the fast client parses every non-trivial event with :class:`_StreamState` from here, and the
+tests check that both produce the same records from the same streams.
 
 Speaks Server-Sent Events from ``/v1/chat/completions`` (generated text in
 ``choices[0].delta.content``; ``delta.reasoning_content``/``delta.reasoning`` also count as
@@ -28,15 +33,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 
 from servebench.loadgen.records import Clock, RequestRecord
 
 try:  # msgspec is ~2-3x faster than json.loads on small chunks and comes with Airflow.
-    from msgspec.json import decode as _json_decode
     from msgspec import DecodeError as _DecodeError
+    from msgspec.json import decode as _json_decode
 except ImportError:  # pragma: no cover - depends on the environment
     _json_decode = json.loads
     _DecodeError = ValueError  # type: ignore[misc,assignment]
@@ -54,7 +60,7 @@ def _short(exc: BaseException, limit: int = 200) -> str:
 class _StreamState:
     """Mutable parse state for one response; keeps the per-event path free of lookups."""
 
-    __slots__ = ("rec", "text_parts", "last_completion_tokens", "done", "error")
+    __slots__ = ("done", "error", "last_completion_tokens", "rec", "text_parts")
 
     def __init__(self, rec: RequestRecord) -> None:
         self.rec = rec

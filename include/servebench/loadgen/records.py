@@ -26,7 +26,7 @@ class Clock:
     to everything that stamps times in that run.
     """
 
-    __slots__ = ("anchor_wall", "anchor_perf")
+    __slots__ = ("anchor_perf", "anchor_wall")
 
     def __init__(self) -> None:
         self.anchor_perf: float = time.perf_counter()
@@ -44,14 +44,19 @@ class RequestRecord:
     Attributes:
         request_id: unique id within the run (``"<cell_id>:<index>"`` from the runners).
         cell_id: the benchmark cell (target x variant x workload x load point) it belongs to.
-        scheduled_at: when the request was due to be sent (closed loop: when a worker became
-            free and took it; open loop: its arrival time).
-        sent_at: just before the request was handed to httpx (connection pool wait, if any,
-            counts towards TTFT; the runners size the pool to the concurrency so there is none).
+        scheduled_at: when the request was due to be sent (closed loop: when its worker became
+            free — the phase start or its previous request's ``done_at``; open loop: its
+            arrival time).
+        sent_at: fast client: right before the request bytes were written to an open keep-alive
+            connection (connections are opened before the window); httpx client: just before
+            the request was handed to httpx (connection set-up or pool wait, if any, counts
+            towards TTFT).
         first_chunk_at: arrival of the first chunk carrying generated text (``None`` if none).
+            Fast client on Linux: the kernel's receive time of the read that carried it.
         done_at: end of the stream (``[DONE]``/EOF), or when the error was observed.
         chunk_times: arrival time of every content chunk (chunks carrying generated text), in
-            order. Chunks delivered by the same network read share one timestamp.
+            order. Chunks delivered by the same network read share one timestamp (fast client
+            on Linux: that read's kernel receive time, so client event-loop delays don't count).
         chunk_tokens: tokens in each content chunk, parallel to ``chunk_times``. Servers that
             send usage only at the end give no per-chunk counts, so each content chunk counts 1.
             When a server sends cumulative usage in every chunk (vLLM

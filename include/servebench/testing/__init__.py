@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["FakeServerConfig", "FakeOpenAIServer", "serve_in_thread", "serve_in_subprocess"]
+__all__ = ["FakeOpenAIServer", "FakeServerConfig", "serve_in_subprocess", "serve_in_thread"]
 
 
 def __getattr__(name: str) -> Any:

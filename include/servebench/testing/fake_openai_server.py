@@ -44,13 +44,17 @@ import asyncio
 import contextlib
 import itertools
 import json
+import os
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 HOST = "127.0.0.1"
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 411: "Length Required",
@@ -69,6 +73,14 @@ class FakeServerConfig:
         default_max_tokens: output length when neither is given.
         tokens_per_chunk: tokens per content chunk (>1 mimics speculative decoding/batching).
         served_model: ``model`` field to return; ``None`` echoes the request's model.
+        batch_events: most content events per socket write when events are already due
+            (flat out, ``itl_s == 0``): they go out in one write, each still its own HTTP chunk,
+            and share one ground-truth time. Paced events are written one by one when due.
+        uvloop: run the standalone/subprocess server on uvloop (when installed).
+        kernel_timestamps: ``received_at`` is the kernel's receive time of the request's first
+            byte (Linux ``SO_TIMESTAMPNS``, stdlib event loop only — not with ``uvloop``);
+            ``received_loop_at`` is always when the server's event loop read it. Off (or
+            uvloop): both are the latter.
     """
 
     ttft_s: float = 0.0
@@ -77,6 +89,9 @@ class FakeServerConfig:
     default_max_tokens: int = 16
     tokens_per_chunk: int = 1
     served_model: str | None = None
+    batch_events: int = 32
+    uvloop: bool = False
+    kernel_timestamps: bool = True
 
 
 def _count_prompt_tokens(body: dict[str, Any]) -> int:
@@ -102,6 +117,92 @@ def _chunk(payload: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(payload), payload)
 
 
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else -1)
+
+
+class _TimedReader(asyncio.StreamReader):
+    """A StreamReader that stamps when data arrives into an empty buffer (a request's first
+    byte, with one request at a time per keep-alive connection): ``first_byte_at`` is the
+    kernel's receive time when available, ``first_byte_loop_at`` when this process read it."""
+
+    def __init__(self, now: Any, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._now = now
+        self.first_byte_at: float | None = None
+        self.first_byte_loop_at: float | None = None
+
+    def feed_data(self, data: bytes, kernel_at: float | None = None) -> None:
+        if not self._buffer:
+            self.first_byte_loop_at = self._now()
+            self.first_byte_at = kernel_at if kernel_at is not None else self.first_byte_loop_at
+        super().feed_data(data)
+
+
+class _TimedProtocol(asyncio.StreamReaderProtocol):
+    """Reads the socket itself with ``recvmsg`` to get kernel receive timestamps
+    (``SO_TIMESTAMPNS``, Linux), so ``received_at`` in the truth is when the request reached the
+    server, not when this (possibly busy) event loop got round to it. The transport still does
+    all writes; its own reading is paused and a duplicate descriptor is watched instead (the
+    event loop allows one reader per descriptor number). Without kernel timestamps the
+    transport reads as usual and the time is stamped in ``feed_data``."""
+
+    def __init__(self, reader: _TimedReader, cb: Any, *, loop: asyncio.AbstractEventLoop,
+                 kernel_timestamps: bool) -> None:
+        super().__init__(reader, cb, loop=loop)
+        self._timed_reader = reader
+        self._ev_loop = loop
+        # only the stdlib loop stops reading a paused transport at once; uvloop's (libuv) still
+        # drains the socket, so there the loop's own stamp is used
+        self._kernel = kernel_timestamps and isinstance(loop, asyncio.BaseEventLoop)
+        self._dup: socket.socket | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        if not self._kernel:
+            return
+        sock = transport.get_extra_info("socket")
+        try:
+            dup = socket.socket(fileno=os.dup(sock.fileno()))
+            dup.setblocking(False)
+            dup.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        except (OSError, AttributeError):
+            return
+        transport.pause_reading()  # type: ignore[attr-defined]
+        self._dup = dup
+        self._ev_loop.add_reader(dup.fileno(), self._readable)
+
+    def _readable(self) -> None:
+        dup = self._dup
+        if dup is None:
+            return
+        try:
+            data, anc, _, _ = dup.recvmsg(1 << 16, 64)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data, anc = b"", []
+        if not data:
+            self._close_dup()
+            self._timed_reader.feed_eof()
+            return
+        kernel_at = None
+        if anc:
+            sec, ns = struct.unpack_from("@qq", anc[0][2])
+            now = self._timed_reader._now()
+            kernel_at = min(now, sec + ns * 1e-9 + (now - time.time()))
+        self._timed_reader.feed_data(data, kernel_at)
+
+    def _close_dup(self) -> None:
+        if self._dup is not None:
+            self._ev_loop.remove_reader(self._dup.fileno())
+            self._dup.close()
+            self._dup = None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._close_dup()
+        super().connection_lost(exc)
+
+
 class FakeOpenAIServer:
     """The server; run it with :meth:`start` inside a running event loop."""
 
@@ -113,6 +214,7 @@ class FakeOpenAIServer:
         self._ids = itertools.count()
         self.in_flight = 0
         self.max_in_flight = 0
+        self._received_loop = 0.0  # set per request by _handle, read synchronously by _generate
         self._anchor_perf = time.perf_counter()
         self._anchor_wall = time.time()
 
@@ -128,7 +230,14 @@ class FakeOpenAIServer:
 
     async def start(self, port: int = 0) -> None:
         """Listen on 127.0.0.1:``port`` (0 picks a free port; read it from :attr:`port`)."""
-        self._server = await asyncio.start_server(self._handle, HOST, port, backlog=4096)
+        loop = asyncio.get_running_loop()
+
+        def factory() -> asyncio.StreamReaderProtocol:
+            reader = _TimedReader(self.now, limit=2**16, loop=loop)
+            return _TimedProtocol(reader, self._handle, loop=loop,
+                                  kernel_timestamps=self.config.kernel_timestamps)
+
+        self._server = await loop.create_server(factory, HOST, port, backlog=4096)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
@@ -144,7 +253,8 @@ class FakeOpenAIServer:
         """Snapshot of ground truth: ``{"requests": [...], "max_in_flight": int}``.
 
         Each request: ``id``, ``request_id`` (``x-request-id`` header), ``path``, ``status``,
-        ``received_at``, ``first_chunk_at``, ``chunk_times``, ``done_at`` (epoch seconds),
+        ``received_at`` (kernel receive time of its first byte where supported),
+        ``received_loop_at`` (when the event loop read it), ``first_chunk_at``, ``chunk_times``, ``done_at`` (epoch seconds),
         ``output_tokens``, ``prompt_tokens``, ``aborted``.
         """
         reqs = [{**r, "chunk_times": list(r["chunk_times"])} for r in list(self._truth)]
@@ -163,7 +273,10 @@ class FakeOpenAIServer:
                     head = await reader.readuntil(b"\r\n\r\n")
                 except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
                     return
-                received = self.now()
+                # when the request's first byte reached this process (not when this task got to
+                # run: with many requests arriving together that can be milliseconds later)
+                received = getattr(reader, "first_byte_at", None) or self.now()
+                received_loop = getattr(reader, "first_byte_loop_at", None) or received
                 lines = head[:-4].split(b"\r\n")
                 try:
                     method, target, version = lines[0].split(b" ", 2)
@@ -179,6 +292,7 @@ class FakeOpenAIServer:
                 n = int(headers.get(b"content-length", b"0") or 0)
                 raw = await reader.readexactly(n) if n else b""
                 keep_alive = version == b"HTTP/1.1" and headers.get(b"connection", b"").lower() != b"close"
+                self._received_loop = received_loop
                 await self._dispatch(method, target.split(b"?", 1)[0], headers, raw, writer, received)
                 if not keep_alive or writer.is_closing():
                     return
@@ -223,7 +337,7 @@ class FakeOpenAIServer:
         truth: dict[str, Any] = {
             "id": rid, "request_id": headers.get(b"x-request-id", b"").decode() or None,
             "path": "/v1/chat/completions" if chat else "/v1/completions", "status": 200,
-            "received_at": received, "first_chunk_at": None, "chunk_times": [], "done_at": None,
+            "received_at": received, "received_loop_at": self._received_loop, "first_chunk_at": None, "chunk_times": [], "done_at": None,
             "output_tokens": 0, "prompt_tokens": _count_prompt_tokens(body), "aborted": False,
         }
         self._truth.append(truth)
@@ -241,7 +355,8 @@ class FakeOpenAIServer:
             writer.close()
         finally:
             self.in_flight -= 1
-            truth["done_at"] = self.now()
+            if truth["done_at"] is None:
+                truth["done_at"] = self.now()
 
     async def _generate_inner(self, chat: bool, body: dict[str, Any], writer: asyncio.StreamWriter,
                               truth: dict[str, Any], rid: str) -> None:
@@ -287,13 +402,15 @@ class FakeOpenAIServer:
             writer.write(_chunk(b"data: " + head + b'{"index":0,"delta":{"role":"assistant","content":""},'
                                 b'"finish_reason":null}]}\n\n'))
         tpc = max(1, cfg.tokens_per_chunk)
+        batch = max(1, cfg.batch_events)
         times = truth["chunk_times"]
         transport = writer.transport
+        pending: list[bytes] = []
         done = 0
         i = 0
         while done < n_out:
             k = min(tpc, n_out - done)
-            text = json.dumps("".join(f" t{j}" for j in range(done, done + k))).encode()
+            text = b'"%s"' % b"".join(b" t%d" % j for j in range(done, done + k))
             done += k
             if chat:
                 ev = head + b'{"index":0,"delta":{"content":%s},"finish_reason":null}]' % text
@@ -301,21 +418,27 @@ class FakeOpenAIServer:
                 ev = head + b'{"index":0,"text":%s,"finish_reason":null}]' % text
             if continuous:
                 ev += b"," + usage(done)
-            frame = _chunk(b"data: " + ev + b"}\n\n")
+            payload = b"data: " + ev + b"}\n\n"
+            frame = b"%x\r\n%s\r\n" % (len(payload), payload)
             delay = t0 + ttft + i * itl - loop.time()
+            if pending and (delay > 0 or len(pending) >= batch):
+                # every event already due goes out in one write (one syscall), one timestamp
+                if transport.is_closing():
+                    raise ConnectionResetError("client went away")
+                t = self.now()
+                writer.write(b"".join(pending))
+                times.extend([t] * len(pending))
+                pending.clear()
+                if truth["first_chunk_at"] is None:
+                    truth["first_chunk_at"] = t
+                if transport.get_write_buffer_size() > 65536:
+                    await writer.drain()
+                delay = t0 + ttft + i * itl - loop.time()
+                if delay <= 0:
+                    await asyncio.sleep(0)  # stay fair to other streams when running flat out
             if delay > 0:
                 await asyncio.sleep(delay)
-            elif i % 16 == 0:
-                await asyncio.sleep(0)  # stay fair to other streams when running flat out
-            if transport.is_closing():
-                raise ConnectionResetError("client went away")
-            t = self.now()
-            writer.write(frame)
-            times.append(t)
-            if i == 0:
-                truth["first_chunk_at"] = t
-            if transport.get_write_buffer_size() > 65536:
-                await writer.drain()
+            pending.append(frame)
             i += 1
         truth["output_tokens"] = n_out
         fin_delta = b'"delta":{}' if chat else b'"text":""'
@@ -324,7 +447,14 @@ class FakeOpenAIServer:
         if include_usage:
             tail += _chunk(b"data: " + head + b"]," + usage(done) + b"}\n\n")
         tail += _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n"
-        writer.write(tail)
+        if transport.is_closing():
+            raise ConnectionResetError("client went away")
+        t = self.now()
+        writer.write(b"".join(pending) + tail)
+        times.extend([t] * len(pending))
+        truth["done_at"] = t  # before the drain: a fast client may ask for the truth right away
+        if pending and truth["first_chunk_at"] is None:
+            truth["first_chunk_at"] = t
         await writer.drain()
 
 
@@ -398,6 +528,8 @@ def serve_in_subprocess(config: FakeServerConfig | None = None) -> Iterator[Subp
         cmd += ["--output-tokens", str(cfg.output_tokens)]
     if cfg.served_model is not None:
         cmd += ["--served-model", cfg.served_model]
+    cmd += ["--batch-events", str(cfg.batch_events)] + (["--uvloop"] if cfg.uvloop else [])
+    cmd += [] if cfg.kernel_timestamps else ["--no-kernel-timestamps"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline() if proc.stdout else ""  # "fake OpenAI server on <url>"
@@ -423,10 +555,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--default-max-tokens", type=int, default=16)
     p.add_argument("--tokens-per-chunk", type=int, default=1)
     p.add_argument("--served-model", default=None)
+    p.add_argument("--batch-events", type=int, default=32)
+    p.add_argument("--uvloop", action="store_true", help="run on uvloop when installed")
+    p.add_argument("--no-kernel-timestamps", action="store_true")
     a = p.parse_args(argv)
     cfg = FakeServerConfig(ttft_s=a.ttft_ms / 1000, itl_s=a.itl_ms / 1000, output_tokens=a.output_tokens,
                            default_max_tokens=a.default_max_tokens, tokens_per_chunk=a.tokens_per_chunk,
-                           served_model=a.served_model)
+                           served_model=a.served_model, batch_events=a.batch_events,
+                           kernel_timestamps=not a.no_kernel_timestamps)
 
     async def run() -> None:
         server = FakeOpenAIServer(cfg)
@@ -434,8 +570,14 @@ def main(argv: list[str] | None = None) -> None:
         print(f"fake OpenAI server on {server.url}", flush=True)
         await asyncio.Event().wait()
 
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(run())
+    factory = None
+    if a.uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            factory = uvloop.new_event_loop
+    with contextlib.suppress(KeyboardInterrupt), asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(run())
 
 
 if __name__ == "__main__":
