@@ -23,6 +23,7 @@ def _spec(**variant):
          "num_prefixes": 2, "output_tokens": 16, "num_requests": 12},
     ]
     data["load"]["concurrency"] = [2]
+    data["cross_stack"] = []
     data["targets"] = [{
         "name": "llama", "stack": "llama_cpp", "golden_sets": [],
         "variants": [{"name": "v", "model": "build/models/adder-3m-f16.gguf", "quant": "f16",

@@ -57,8 +57,12 @@ def test_latencies_are_real_and_ordered(published):
     cells = store.read_table("cells").to_pandas()
     for metric in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
         p50, p95, p99 = (cells[f"{metric}_{p}"] for p in ("p50", "p95", "p99"))
-        assert p50.notna().all() and (p50 > 0).all(), metric
+        assert p50.notna().all() and (p50 >= 0).all(), metric
         assert (p50 <= p95).all() and (p95 <= p99).all(), metric
+        # TTFT and E2E are always positive; ITL/TPOT can be 0 when chunks share a read
+        if metric in ("ttft_ms", "e2e_ms"):
+            assert (p50 > 0).all(), metric
+    assert (cells["tpot_ms_p95"] > 0).all()
     assert (cells["output_throughput"] > 0).all()
     assert (cells["n_errors"] == 0).all()
 
