@@ -73,12 +73,43 @@ class SharedPrefixWorkload(_Strict):
 Workload = Annotated[FixedWorkload | SharedPrefixWorkload, Field(discriminator="kind")]
 
 
-class LoadPoints(_Strict):
-    """Closed-loop load points: each concurrency is one cell per workload."""
+class LoadPoint(BaseModel):
+    """One load point of a workload, i.e. one cell: closed loop at a concurrency, or open loop
+    at a request rate. ``label`` names it in cell ids (``c4``, ``r20``)."""
 
-    concurrency: list[Annotated[int, Field(gt=0)]] = Field(min_length=1)
+    model_config = ConfigDict(frozen=True)
+
+    label: str
+    mode: Literal["closed", "open"]
+    concurrency: int | None = None  # closed: workers; open: cap on requests in flight
+    request_rate: float | None = None  # open: requests/s
+
+
+class LoadPoints(_Strict):
+    """Load points, each one cell per workload: closed-loop concurrencies and open-loop rates
+    (arrivals from a seeded Poisson, gamma or constant process; warm-up excluded)."""
+
+    concurrency: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
+    rates: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=list, description="open-loop request rates, requests/s")
+    arrival: Literal["poisson", "gamma", "constant"] = "poisson"
+    burstiness: float = Field(1.0, gt=0, description="gamma shape; 1 = Poisson")
+    max_concurrency: int | None = Field(None, gt=0, description="open-loop in-flight cap")
+    seed: int = 0
     warmup_requests: int = Field(2, ge=0)
     request_timeout_s: float = Field(120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _some_point(self) -> LoadPoints:
+        if not self.concurrency and not self.rates:
+            raise ValueError("give at least one closed-loop concurrency or open-loop rate")
+        return self
+
+    def points(self) -> list[LoadPoint]:
+        closed = [LoadPoint(label=f"c{c}", mode="closed", concurrency=c) for c in self.concurrency]
+        opened = [LoadPoint(label=f"r{r:g}", mode="open", concurrency=self.max_concurrency,
+                            request_rate=r) for r in self.rates]
+        return closed + opened
 
 
 class GoldenSetRef(_Strict):

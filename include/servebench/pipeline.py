@@ -78,7 +78,7 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
         for t in spec.targets
         for v in t.variants
     ]
-    n_cells = len(units) * len(spec.workloads) * len(spec.load.concurrency)
+    n_cells = len(units) * len(spec.workloads) * len(spec.load.points())
     log.info("plan: %d units, %d cells from %s", len(units), n_cells, path)
     return {
         "sweep_file": str(path),
@@ -180,8 +180,8 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
         "spec_json": spec.model_dump_json(),
     }])
     # the contract: a batch that breaks it is not published (the run fails, with the report)
-    expected = [(u["target"], u["variant"], w.name, c)
-                for u in plan["units"] for w in spec.workloads for c in spec.load.concurrency]
+    expected = [(u["target"], u["variant"], w.name, p.label)
+                for u in plan["units"] for w in spec.workloads for p in spec.load.points()]
     report = validate_run(combined, expected)
     store.put_text(f"contracts/date={run_date.isoformat()}/{encode_run_id(run_id)}.txt",
                    report.render())
@@ -200,12 +200,13 @@ def _missing_unit_cells(spec: SweepSpec, unit: dict, run_id: str, run_date: str)
     target = spec.target(unit["target"])
     return [
         {"run_id": run_id, "run_date": run_date,
-         "cell_id": cell_id(unit["target"], unit["variant"], w.name, c),
+         "cell_id": cell_id(unit["target"], unit["variant"], w.name, p),
          "target": unit["target"], "stack": target.stack, "variant": unit["variant"],
-         "workload": w.name, "load_mode": "closed", "concurrency": c, "status": "failed",
+         "workload": w.name, "load_point": p.label, "load_mode": p.mode,
+         "concurrency": p.concurrency, "request_rate": p.request_rate, "status": "failed",
          "reason": "the bench task left no results (it crashed, was killed or timed out)"}
         for w in spec.workloads
-        for c in spec.load.concurrency
+        for p in spec.load.points()
     ]
 
 

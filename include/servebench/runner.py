@@ -13,10 +13,10 @@ import logging
 import math
 from dataclasses import dataclass, field
 
-from servebench.config import SweepSpec, TargetSpec, VariantSpec
+from servebench.config import LoadPoint, SweepSpec, TargetSpec, VariantSpec
 from servebench.cost import cost_fields
 from servebench.evals.runner import EvalOutcome, run_golden_set
-from servebench.loadgen.closed_loop import run_closed_loop_sync
+from servebench.loadgen.engine import LoadSpec, run_load_sync
 from servebench.metrics import Slo, ValidityChecks, compute_cell_metrics
 from servebench.provision.local import LocalProvisioner, free_port
 from servebench.provenance import file_sha256
@@ -55,8 +55,8 @@ class Endpoint:
     argv: list[str] | None = None  # the launch command, for provenance
 
 
-def cell_id(target: str, variant: str, workload: str, concurrency: int) -> str:
-    return f"{target}/{variant}/{workload}/c{concurrency}"
+def cell_id(target: str, variant: str, workload: str, point: LoadPoint) -> str:
+    return f"{target}/{variant}/{workload}/{point.label}"
 
 
 def unit_id(target: str, variant: str) -> str:
@@ -84,18 +84,21 @@ class VariantRunner:
         self.result = VariantResult()
 
     # -- rows -------------------------------------------------------------------------------
-    def _base_row(self, workload: str, concurrency: int, argv: list[str] | None) -> dict:
+    def _base_row(self, workload: str, point: LoadPoint, argv: list[str] | None) -> dict:
         model_path = self.settings.resolve(self.variant.model)
         return {
-            "cell_id": cell_id(self.target.name, self.variant.name, workload, concurrency),
+            "cell_id": cell_id(self.target.name, self.variant.name, workload, point),
             "target": self.target.name,
             "stack": self.target.stack,
             "variant": self.variant.name,
             "model": self.variant.model,
             "quant": self.variant.quant,
             "workload": workload,
-            "load_mode": "closed",
-            "concurrency": concurrency,
+            "load_point": point.label,
+            "load_mode": point.mode,
+            "concurrency": point.concurrency,
+            "request_rate": point.request_rate,
+            "arrival": self.spec.load.arrival if point.mode == "open" else None,
             "engine": self.adapter.engine,
             "engine_version": self._engine_version,
             "launch_args": json.dumps(argv) if argv else None,
@@ -107,8 +110,8 @@ class VariantRunner:
 
     def _failed_cells(self, reason: str, argv: list[str] | None, workloads=None) -> None:
         for workload in workloads or self.spec.workloads:
-            for conc in self.spec.load.concurrency:
-                row = self._base_row(workload.name, conc, argv)
+            for point in self.spec.load.points():
+                row = self._base_row(workload.name, point, argv)
                 row.update(status="failed", reason=reason)
                 self.result.cells.append(row)
 
@@ -167,17 +170,19 @@ class VariantRunner:
             except Exception as exc:
                 self._failed_cells(f"workload build failed: {exc}", endpoint.argv, [workload])
                 continue
-            for conc in self.spec.load.concurrency:
+            for point in self.spec.load.points():
                 try:
-                    self._run_cell(endpoint, workload.name, conc, prompts)
+                    self._run_cell(endpoint, workload.name, point, prompts)
                 except Exception as exc:  # one broken cell must not lose the others
-                    log.exception("cell %s/%s c%d failed", self.variant.name, workload.name, conc)
-                    row = self._base_row(workload.name, conc, endpoint.argv)
+                    log.exception("cell %s/%s/%s failed", self.variant.name, workload.name,
+                                  point.label)
+                    row = self._base_row(workload.name, point, endpoint.argv)
                     row.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
                     self.result.cells.append(row)
         self._run_golden(endpoint)
 
-    def _run_cell(self, endpoint: Endpoint, workload_name: str, conc: int, prompts) -> None:
+    def _run_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
+                  prompts) -> None:
         warmup = self.spec.load.warmup_requests
         items = prompts[:warmup] + prompts  # warm-up reuses the first prompts
         bodies = [
@@ -188,15 +193,23 @@ class VariantRunner:
             ), **self.variant.request_overrides}
             for p in items
         ]
-        cid = cell_id(self.target.name, self.variant.name, workload_name, conc)
+        cid = cell_id(self.target.name, self.variant.name, workload_name, point)
+        load_spec = LoadSpec.closed(point.concurrency) if point.mode == "closed" else \
+            LoadSpec.open(point.request_rate, arrival=self.spec.load.arrival,
+                          burstiness=self.spec.load.burstiness, seed=self.spec.load.seed,
+                          max_concurrency=point.concurrency)
         before = scrape(endpoint.base_url, endpoint.metrics_path)
-        load = run_closed_loop_sync(
-            endpoint.base_url, endpoint.chat_path, bodies, concurrency=conc, warmup=warmup,
+        load = run_load_sync(
+            endpoint.base_url, endpoint.chat_path, bodies, load_spec, warmup=warmup,
             cell_id=cid, timeout_s=self.spec.load.request_timeout_s, headers=endpoint.headers,
             prompt_tokens_requested=[p.input_tokens for p in items],
         )
         after = scrape(endpoint.base_url, endpoint.metrics_path)
         server_delta = deltas(before, after)
+        # what the workload asked for, not what the body said: an override that changed the
+        # length must show up as a mismatch, not move the goalposts
+        for item, rec in zip(items, load.all_records(), strict=True):
+            rec.output_tokens_requested = item.output_tokens
         cell = compute_cell_metrics(
             load.records,
             (load.window_start, load.window_end),
@@ -222,7 +235,7 @@ class VariantRunner:
         if multi and coalesced > len(multi) / 2:
             reasons.append(f"timing_unresolved: {coalesced}/{len(multi)} responses arrived in a "
                            "single read, so per-token timing was not observed")
-        row = self._base_row(workload_name, conc, endpoint.argv)
+        row = self._base_row(workload_name, point, endpoint.argv)
         row.update({k: v for k, v in cell.as_row().items() if k in CELLS.names})
         failed = cell.n_ok == 0
         row.update(

@@ -16,13 +16,14 @@ from servebench.settings import PROJECT_ROOT, get_settings
 pytestmark = pytest.mark.integration
 
 
-def _spec(**variant):
+def _spec(load=None, **variant):
     data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
     data["workloads"] = [
         {"kind": "shared_prefix", "name": "prefix", "prefix_tokens": 128, "suffix_tokens": 16,
          "num_prefixes": 2, "output_tokens": 16, "num_requests": 12},
     ]
     data["load"]["concurrency"] = [2]
+    data["load"].update(load or {})
     data["cross_stack"] = []
     data["targets"] = [{
         "name": "llama", "stack": "llama_cpp", "golden_sets": [],
@@ -32,8 +33,8 @@ def _spec(**variant):
     return parse_sweep(data, "test")
 
 
-def _run(tmp_path, **variant):
-    spec = _spec(**variant)
+def _run(tmp_path, load=None, **variant):
+    spec = _spec(load, **variant)
     target = spec.targets[0]
     runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
                            provisioner=LocalProvisioner(tmp_path), hardware=hardware())
@@ -50,12 +51,12 @@ def test_forced_length_is_proven_valid(tmp_path):
     assert all(r["output_tokens"] == 16 and r["finish_reason"] == "length" for r in measured)
 
 
-def test_a_variant_that_stops_at_eos_is_invalid_with_the_reason(tmp_path):
-    # the override lets the model end early: the responses must give it away
-    cell, requests = _run(tmp_path, request_overrides={"ignore_eos": False})
+def test_a_variant_whose_requests_end_early_is_invalid_with_the_reason(tmp_path):
+    # the override caps generation below what the workload asked: the responses give it away
+    cell, requests = _run(tmp_path, request_overrides={"max_tokens": 8})
     assert cell["status"] == "invalid"
     assert "output_tokens" in cell["reason"] and "requested" in cell["reason"]
-    assert any(r["finish_reason"] == "stop" for r in requests)
+    assert all(r["output_tokens"] == 8 and r["output_tokens_requested"] == 16 for r in requests)
 
 
 def test_prefix_cache_hits_with_caching_on_and_not_off(tmp_path):
@@ -73,3 +74,13 @@ def test_a_variant_that_cannot_launch_is_failed_cells_with_the_log(tmp_path, mon
     assert cell["status"] == "failed"
     assert cell["reason"].startswith("launch failed:") and "exited with code" in cell["reason"]
     assert requests == []
+
+
+def test_open_loop_cell_at_a_poisson_rate(tmp_path):
+    cell, requests = _run(tmp_path, load={"concurrency": [], "rates": [20.0], "seed": 7})
+    assert cell["status"] == "ok", cell["reason"]
+    assert (cell["load_mode"], cell["request_rate"], cell["arrival"]) == ("open", 20.0, "poisson")
+    assert cell["cell_id"].endswith("/prefix/r20")
+    measured = sorted(r["scheduled_at"] for r in requests if not r["warmup"])
+    # 12 arrivals at 20/s take about 0.55 s; a closed loop would have sent them back to back
+    assert 0.15 < measured[-1] - measured[0] < 2.0

@@ -16,7 +16,6 @@ from servebench.results.contract import (
     validate_run,
 )
 from servebench.results.schema import LATENCY_METRICS, rows_to_table
-from servebench.runner import cell_id
 
 RUN_ID = "scheduled__2025-03-01T00:00:00+00:00"
 DAY = dt.date(2025, 3, 1)
@@ -29,16 +28,18 @@ EVAL_ITEMS = 200
 
 
 def expected_matrix():
-    return [(t, v, w, c) for t, vs in TARGETS.items() for v in vs for w in WORKLOADS
+    return [(t, v, w, f"c{c}") for t, vs in TARGETS.items() for v in vs for w in WORKLOADS
             for c in CONCURRENCY]
 
 
 def good_rows():
     cells, requests, evals = [], [], []
-    for n, (t, v, w, c) in enumerate(expected_matrix()):
-        cid = cell_id(t, v, w, c)
+    for n, (t, v, w, label) in enumerate(expected_matrix()):
+        c = int(label[1:])
+        cid = f"{t}/{v}/{w}/{label}"
         row = dict(run_id=RUN_ID, run_date=DAY, cell_id=cid, target=t, stack="llama.cpp",
-                   variant=v, workload=w, load_mode="closed", concurrency=c, status="ok",
+                   variant=v, workload=w, load_point=label, load_mode="closed", concurrency=c,
+                   status="ok",
                    n_requests=REQS_PER_CELL, n_ok=REQS_PER_CELL, n_errors=0, error_rate=0.0,
                    request_throughput=2.0 * c, output_throughput=64.0 * c,
                    total_throughput=128.0 * c, goodput=1.5 * c, output_tokens_requested=OUT_TOKENS,

@@ -43,7 +43,7 @@ def test_header_and_tables_per_target():
     # sorted by variant then concurrency: q4_0, q8_0 c=1, q8_0 c=4
     assert "q4_0" in cpu[1] and "|    1 |" in cpu[2] and "|    4 |" in cpu[3]
     c4 = [v.strip() for v in cpu[3].strip("|").split("|")]
-    assert c4 == ["q8_0", "chat", "4", "12.3", "40.0", "5.50", "7.25", "1,234", "1/50",
+    assert c4 == ["q8_0", "chat", "4", "-", "12.3", "40.0", "5.50", "7.25", "1,234", "1/50",
                   "87.5%", "-", "ok"]
     assert len(table_rows(md, "gpu")) == 2
 
@@ -51,7 +51,7 @@ def test_header_and_tables_per_target():
 def test_nan_shown_as_dash():
     md = render_digest(cells(), RUN, "./data")
     q4 = [v.strip() for v in table_rows(md, "cpu")[1].strip("|").split("|")]
-    assert q4[3:8] == ["-"] * 5 and q4[8] == "-" and q4[9] == "-"
+    assert q4[4:9] == ["-"] * 5 and q4[9] == "-" and q4[10] == "-"
     assert "nan" not in md.lower() and "None" not in md
     assert fmt_num(float("nan")) == "-" and fmt_num(None) == "-" and fmt_num(pd.NA) == "-"
 
@@ -73,7 +73,7 @@ def test_all_ok_and_empty():
 def test_summary_table_fixed_width():
     text = summary_table(cells())
     lines = text.splitlines()
-    assert lines[0].split() == ["stack", "variant", "workload", "conc", "TTFT", "p50", "TTFT",
+    assert lines[0].split() == ["stack", "variant", "workload", "conc", "rate/s", "TTFT", "p50", "TTFT",
                                 "p95", "TPOT", "p50", "TPOT", "p95", "out", "tok/s", "errors",
                                 "accuracy", "gate", "status"]
     assert len(lines) == 2 + 4

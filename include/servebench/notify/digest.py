@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 MISSING = "-"
-SORT_KEYS = ["target", "variant", "workload", "concurrency"]
+SORT_KEYS = ["target", "variant", "workload", "load_mode", "concurrency", "request_rate"]
 
 
 def _isnan(v: Any) -> bool:
@@ -71,6 +71,7 @@ def _col(header: str, key: str, fmt: Callable[[Any], str], right: bool = True) -
 
 METRIC_COLUMNS: list[Column] = [
     _col("conc", "concurrency", fmt_int),
+    _col("rate/s", "request_rate", fmt_num),  # open-loop cells
     _col("TTFT p50", "ttft_ms_p50", fmt_num),
     _col("TTFT p95", "ttft_ms_p95", fmt_num),
     _col("TPOT p50", "tpot_ms_p50", fmt_num),
@@ -157,6 +158,8 @@ def _one_line(text: Any, limit: int = 300) -> str:
 
 def _cell_label(r: dict) -> str:
     parts = [fmt_text(r.get(k)) for k in ("target", "variant", "workload")]
+    if not _isnan(r.get("request_rate")):
+        return " / ".join(parts) + f" / rate={fmt_num(r.get('request_rate'))}/s"
     return " / ".join(parts) + f" / c={fmt_int(r.get('concurrency'))}"
 
 

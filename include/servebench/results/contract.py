@@ -9,12 +9,12 @@ What is checked (GX Core 1.x expectations unless marked *pandas*):
 every table   all schema columns present (and no others); required keys non-null
 runs          exactly one row; counts >= 0
 cells         status in {ok, invalid, failed}; reason non-null when status != ok;
-              (target, variant, workload, concurrency) unique, cell_id unique;
+              (target, variant, workload, load_point) unique, cell_id unique;
               throughputs/goodput >= 0; error_rate, accuracy in [0, 1];
               on ok cells: TTFT and E2E stats > 0, TPOT and ITL >= 0 (chunks read together
               share a timestamp; the runner marks a cell whose timing it could not resolve)
               and p50 <= p95 <= p99 for ttft/tpot/itl/e2e;
-              *pandas*: every expected (target, variant, workload, concurrency) present, none extra
+              *pandas*: every expected (target, variant, workload, load_point) present, none extra
 requests      (cell_id, request_id) unique; *pandas*: every cell_id names a cell of the run;
               on ok cells' measured (warmup = false), successful requests:
               output_tokens == output_tokens_requested (GX, on the joined frame)
@@ -52,7 +52,7 @@ from servebench.results.schema import (
 
 log = logging.getLogger(__name__)
 
-ExpectedCell = tuple[str, str, str, int]  # (target, variant, workload, concurrency)
+ExpectedCell = tuple[str, str, str, int]  # (target, variant, workload, load_point)
 
 # Columns that identify an offending row in a report, per table.
 ID_COLUMNS: dict[str, list[str]] = {
@@ -61,7 +61,7 @@ ID_COLUMNS: dict[str, list[str]] = {
     "requests": ["cell_id", "request_id"],
     "evals": ["target", "variant", "golden_set", "item_id"],
 }
-MATRIX_KEY = ("target", "variant", "workload", "concurrency")
+MATRIX_KEY = ("target", "variant", "workload", "load_point")
 THROUGHPUTS = ("request_throughput", "output_throughput", "total_throughput", "goodput")
 FRACTIONS = ("error_rate", "accuracy")
 CUSTOM = "servebench"
@@ -300,7 +300,7 @@ def validate_run(
     """Check one run's tables against the contract.
 
     ``tables`` maps runs/cells/requests/evals to Arrow tables (a missing table is a failure);
-    ``expected_cells`` is the sweep matrix, one (target, variant, workload, concurrency) per cell
+    ``expected_cells`` is the sweep matrix, one (target, variant, workload, load_point) per cell
     the plan expands to (None skips the completeness check). ``max_samples`` caps the offending
     rows quoted per failure.
     """
@@ -368,12 +368,12 @@ def validate_run(
 
 def _matrix_failures(cells, expected: Sequence[ExpectedCell], max_samples: int
                      ) -> list[ContractFailure]:
-    from servebench.runner import cell_id
+    def cell_id(*key) -> str:  # as servebench.runner.cell_id spells it
+        return "/".join(map(str, key))
 
-    want = Counter((str(t), str(v), str(w), int(c)) for t, v, w, c in expected)
+    want = Counter(tuple(map(str, k)) for k in expected)
     have = Counter(
-        (str(t), str(v), str(w), None if c != c or c is None else int(c))
-        for t, v, w, c in cells[list(MATRIX_KEY)].itertuples(index=False, name=None)
+        tuple(map(str, k)) for k in cells[list(MATRIX_KEY)].itertuples(index=False, name=None)
     )
     out = []
     missing = sorted(k for k in want if k not in have)
