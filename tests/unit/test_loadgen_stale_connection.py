@@ -5,6 +5,8 @@ import asyncio
 import json
 import threading
 
+import pytest
+
 from servebench.loadgen.closed_loop import run_closed_loop_sync
 
 SSE = b"".join(
@@ -64,12 +66,15 @@ def _stop(loop, box):
     asyncio.run_coroutine_threadsafe(shutdown(), loop).result(5)
 
 
-def test_closed_connections_are_retried_once():
+@pytest.mark.parametrize("client", ["fast", "httpx"])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_closed_connections_are_retried_once(client, concurrency):
     loop, box = _serve(answer=True)
     try:
         body = {"model": "m", "messages": [], "max_tokens": 1}
         res = run_closed_loop_sync(f"http://127.0.0.1:{box['port']}", "/v1/chat/completions",
-                                   [body] * 20, concurrency=1, cell_id="c")
+                                   [body] * 40, concurrency=concurrency, cell_id="c",
+                                   client=client)
     finally:
         _stop(loop, box)
     assert [r.error for r in res.records if not r.ok] == []

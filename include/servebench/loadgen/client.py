@@ -185,24 +185,20 @@ async def send_streaming(
     if on_sent is not None:
         on_sent(rec)
     try:
-        for attempt in range(2):
-            try:
-                if deadline_s is None:
-                    await _consume(client, url, kwargs, state, clock)
-                else:
-                    async with asyncio.timeout(deadline_s):
-                        await _consume(client, url, kwargs, state, clock)
-                break
-            except httpx.RemoteProtocolError as exc:
-                # A pooled keep-alive connection that the server closed as we reused it
-                # (llama.cpp's server does this after streamed responses): nothing was sent
-                # back, so the server never started the request. Retry once on a fresh
-                # connection, timed from the retry, as every HTTP client does; anything else
-                # -- or a second failure -- is the server's and is recorded.
-                stale = rec.http_status is None and "without sending a response" in str(exc)
-                if attempt or not stale:
-                    raise
-                rec.sent_at = clock.now()
+        try:
+            await _consume_within(client, url, kwargs, state, clock, deadline_s)
+        except httpx.RemoteProtocolError as exc:
+            # A pooled keep-alive connection that the server closed as we reused it
+            # (llama.cpp's server does this after streamed responses): nothing was sent back,
+            # so the server never started the request. Retry once, timed from the retry, on a
+            # connection of its own (the pool's other idle ones may be just as stale), as
+            # every HTTP client does; anything else -- or a second failure -- is recorded.
+            if rec.http_status is not None or "without sending a response" not in str(exc):
+                raise
+            rec.sent_at = clock.now()
+            async with httpx.AsyncClient(base_url=client.base_url, headers=client.headers,
+                                         timeout=client.timeout, trust_env=False) as fresh:
+                await _consume_within(fresh, url, kwargs, state, clock, deadline_s)
     except TimeoutError:
         # asyncio.timeout raises the builtin TimeoutError; httpx timeouts are HTTPError.
         state.error = state.error or f"DeadlineExceeded: request exceeded {deadline_s} s"
@@ -218,6 +214,15 @@ async def send_streaming(
             state.error = "IncompleteStream: stream ended without finish_reason or [DONE]"
     rec.error = state.error
     return rec
+
+
+async def _consume_within(client: httpx.AsyncClient, url: str, kwargs: dict[str, Any],
+                         state: _StreamState, clock: Clock, deadline_s: float | None) -> None:
+    if deadline_s is None:
+        await _consume(client, url, kwargs, state, clock)
+    else:
+        async with asyncio.timeout(deadline_s):
+            await _consume(client, url, kwargs, state, clock)
 
 
 async def _consume(

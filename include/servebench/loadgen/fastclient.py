@@ -580,7 +580,9 @@ class FastClient:
                 timer = self.loop.call_later(deadline_s, expire)
             for attempt in range(2):
                 conn = None
-                while self.idle:
+                # the retry goes out on a new connection: the other idle ones may be just as
+                # stale (llama-server closes every connection after a streamed response)
+                while self.idle and not attempt:
                     c = self.idle.pop()
                     if not c.closed:
                         conn = c
