@@ -37,7 +37,27 @@ class PlanError(SpecError):
 
 
 def open_store(settings: Settings) -> ResultStore:
-    return ResultStore(settings.results_uri, endpoint_override=settings.s3_endpoint_url)
+    """The result store; for s3:// the credentials (and endpoint) of the Airflow AWS
+    connection when one exists, else boto3's default chain."""
+    session, endpoint = None, settings.s3_endpoint_url
+    if settings.results_uri.startswith("s3://"):
+        session, conn_endpoint = _aws_session(settings.aws_conn_id)
+        endpoint = endpoint or conn_endpoint
+    return ResultStore(settings.results_uri, endpoint_override=endpoint, session=session)
+
+
+def _aws_session(conn_id: str):
+    """(boto3 session, endpoint_url) from an Airflow AWS connection, or (None, None)."""
+    try:
+        from airflow.sdk import BaseHook
+
+        BaseHook.get_connection(conn_id)  # absent: fall back to the default chain, quietly
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+        return hook.get_session(), hook.conn_config.endpoint_url
+    except Exception:  # no Airflow here, or no such connection
+        return None, None
 
 
 # -- plan ------------------------------------------------------------------------------------

@@ -32,6 +32,7 @@ class Settings(BaseSettings):
         str(PROJECT_ROOT / "data"), description="local folder or s3://bucket/prefix"
     )
     s3_endpoint_url: str | None = Field(None, description="S3-compatible endpoint (MinIO)")
+    aws_conn_id: str = Field("aws_default", description="Airflow AWS connection for s3://")
     work_dir: Path = Field(
         PROJECT_ROOT / "build" / "runs", description="server logs and pid files per run"
     )

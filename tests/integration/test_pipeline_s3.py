@@ -2,6 +2,8 @@
 llama-server: bench rows go through the store's scratch area in S3, publish is atomic and
 idempotent there, and the digest lands beside the results."""
 
+import json
+
 import pytest
 import yaml
 
@@ -59,3 +61,78 @@ def test_pipeline_publishes_to_s3_idempotently(s3_endpoint, small_sweep, tmp_pat
     where = pipeline.send_digest(second)
     assert where.startswith("s3://bench/nightly/digests/")
     assert store.find("contracts")  # the contract report is kept beside the data
+
+
+def test_store_takes_credentials_and_endpoint_from_the_airflow_connection(s3_endpoint,
+                                                                          monkeypatch):
+    # no endpoint and no keys in the environment: only the connection knows them
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", "s3://bench/viaconn")
+    monkeypatch.delenv("SERVEBENCH_S3_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "conn-key", "password": "conn-secret",
+        "extra": {"endpoint_url": s3_endpoint, "region_name": "us-east-1"}}))
+    from servebench.results.schema import rows_to_table
+    from servebench.settings import get_settings
+
+    store = pipeline.open_store(get_settings())
+    assert "conn-secret" not in repr(store)
+    store.publish(RUN, "2026-11-30", {"runs": rows_to_table("runs", [
+        {"run_id": RUN, "run_date": "2026-11-30"}])})
+    assert store.committed_run_ids() == [RUN]
+
+
+def _s3_env(monkeypatch, s3_endpoint, prefix):
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", f"s3://bench/{prefix}")
+    monkeypatch.setenv("SERVEBENCH_S3_ENDPOINT_URL", s3_endpoint)
+    return ResultStore(f"s3://bench/{prefix}", endpoint_override=s3_endpoint)
+
+
+def test_crash_between_stage_and_commit_leaves_no_half_visible_run(s3_endpoint, monkeypatch):
+    from servebench.results.schema import rows_to_table
+
+    store = _s3_env(monkeypatch, s3_endpoint, "crash")
+    cells = [{"run_id": RUN, "run_date": "2026-11-30", "cell_id": f"t/v/w/c{i}", "target": "t",
+              "stack": "llama_cpp", "variant": "v", "workload": "w", "status": "ok"}
+             for i in range(3)]
+    tables = {"cells": rows_to_table("cells", cells)}
+
+    def crash(path, text):
+        raise OSError("worker killed before the manifest")
+
+    monkeypatch.setattr(store, "_write_text", crash)
+    with pytest.raises(OSError):
+        store.publish(RUN, "2026-11-30", tables)
+    monkeypatch.undo()
+    _s3_env(monkeypatch, s3_endpoint, "crash")
+    assert store.committed_run_ids() == [] and store.read_table("cells").num_rows == 0
+    store.publish(RUN, "2026-11-30", tables)  # the retry commits, once
+    assert store.read_table("cells").num_rows == 3
+
+
+def test_a_batch_that_breaks_the_contract_is_not_published(s3_endpoint, small_sweep,
+                                                           monkeypatch):
+    from servebench.results.contract import ContractError
+    from servebench.results.schema import rows_to_table
+
+    store = _s3_env(monkeypatch, s3_endpoint, "contract")
+    plan = pipeline.plan_run(small_sweep)
+    for unit in plan["units"]:
+        row = {"run_id": RUN, "run_date": plan["run_date"], "target": unit["target"],
+               "stack": unit["stack"], "variant": unit["variant"], "workload": "fixed",
+               "load_point": "c1", "load_mode": "closed", "concurrency": 1,
+               "cell_id": f"{unit['target']}/{unit['variant']}/fixed/c1", "status": "ok",
+               "n_requests": 6, "n_ok": 6, "n_errors": 0, "error_rate": 0.0}
+        for m in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+            row.update({f"{m}_mean": 5.0, f"{m}_p50": 5.0, f"{m}_p90": 6.0, f"{m}_p95": 7.0,
+                        f"{m}_p99": 8.0})
+        row["ttft_ms_p50"] = 50.0  # p50 above p95: a broken aggregate
+        store.write_scratch(RUN, unit["unit_id"], "cells", rows_to_table("cells", [row]))
+    with pytest.raises(ContractError, match=r"ttft_ms_p95.*ttft_ms_p50"):
+        pipeline.aggregate_and_publish(plan, RUN, None, "nightly_benchmark")
+    assert store.committed_run_ids() == []
+    [report] = store.find("contracts")
+    assert "adder-llamacpp/f16/fixed/c1" in store._fs.open_input_stream(
+        report.removeprefix("s3://")).read().decode()
+    assert store.read_scratch(RUN)  # kept, so a fixed re-run can publish

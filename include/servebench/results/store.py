@@ -104,11 +104,13 @@ class Manifest:
         )
 
 
-def _s3_filesystem(endpoint_override: str | None, region: str | None) -> pafs.S3FileSystem:
-    """S3 filesystem with credentials from boto3's default chain (env, profile, role...)."""
+def _s3_filesystem(endpoint_override: str | None, region: str | None,
+                   session: Any = None) -> pafs.S3FileSystem:
+    """S3 filesystem with credentials from ``session`` (a boto3 session, e.g. from the Airflow
+    ``aws_default`` connection) or else boto3's default chain (env, profile, role...)."""
     import boto3  # only needed for s3:// stores
 
-    session = boto3.Session()
+    session = session or boto3.Session()
     kwargs: dict[str, Any] = {"region": region or session.region_name or "us-east-1"}
     creds = session.get_credentials()
     if creds is not None:
@@ -142,12 +144,13 @@ class ResultStore:
         endpoint_override: str | None = None,
         region: str | None = None,
         filesystem: pafs.FileSystem | None = None,
+        session: Any = None,
     ) -> None:
         self.uri = uri
         if filesystem is not None:
             self._fs, self._root, self._scheme = filesystem, uri.rstrip("/"), ""
         elif uri.startswith("s3://"):
-            self._fs = _s3_filesystem(endpoint_override, region)
+            self._fs = _s3_filesystem(endpoint_override, region, session)
             self._root, self._scheme = uri[len("s3://"):].strip("/"), "s3://"
         elif "://" in uri and not uri.startswith("file://"):
             raise ValueError(f"unsupported store uri scheme: {uri!r} (use a path or s3://)")
