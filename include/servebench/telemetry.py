@@ -13,9 +13,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 log = logging.getLogger(__name__)
 
-# (cached tokens counter, uncached prompt tokens counter) per engine's metric names
+# (hit counter, other counter, whether the other counter already includes the hits)
 _PREFIX_CACHE_COUNTERS = [
-    ("llamacpp:prompt_tokens_cached", "llamacpp:prompt_tokens"),
+    # llama.cpp: prompt tokens reused from the cache / processed excluding cached ones
+    ("llamacpp:prompt_tokens_cached", "llamacpp:prompt_tokens", False),
+    # vLLM (v1 engine): prefix-cache hits / queries, both in tokens; queries include hits
+    ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", True),
 ]
 
 
@@ -57,9 +60,18 @@ def deltas(before: dict[str, float] | None, after: dict[str, float] | None) -> d
 
 def prefix_cache_hit_rate(delta: dict[str, float]) -> float | None:
     """Cached prompt tokens / all prompt tokens over the cell, where the engine exposes them."""
-    for cached_name, uncached_name in _PREFIX_CACHE_COUNTERS:
-        cached = delta.get(cached_name + "_total")
-        uncached = delta.get(uncached_name + "_total")
-        if cached is not None and uncached is not None and cached + uncached > 0:
-            return cached / (cached + uncached)
+    for hits_name, other_name, other_includes_hits in _PREFIX_CACHE_COUNTERS:
+        hits = _sum_family(delta, hits_name + "_total")
+        other = _sum_family(delta, other_name + "_total")
+        if hits is None or other is None:
+            continue
+        total = other if other_includes_hits else hits + other
+        if total > 0:
+            return hits / total
     return None
+
+
+def _sum_family(delta: dict[str, float], name: str) -> float | None:
+    """A counter summed over its label sets (vLLM labels by model and engine)."""
+    values = [v for k, v in delta.items() if k == name or k.startswith(name + "{")]
+    return sum(values) if values else None
