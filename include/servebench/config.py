@@ -70,7 +70,34 @@ class SharedPrefixWorkload(_Strict):
     num_requests: int = Field(gt=0)
 
 
-Workload = Annotated[FixedWorkload | SharedPrefixWorkload, Field(discriminator="kind")]
+class ChatLengthsWorkload(_Strict):
+    """Input/output lengths sampled (seeded) from a shipped length table, as chat traffic
+    varies; each request still gets exactly the lengths it drew."""
+
+    kind: Literal["chat_lengths"]
+    name: str
+    dataset: str = Field(description="JSONL of {input_tokens, output_tokens}, project-relative")
+    num_requests: int = Field(gt=0)
+    max_input_tokens: int | None = Field(None, gt=0, description="clip longer draws")
+    max_output_tokens: int | None = Field(None, gt=0, description="clip longer draws")
+
+
+class MultiTurnWorkload(_Strict):
+    """Conversations whose history grows: turn k sends every earlier user and assistant
+    message again plus a new user message (what a chat UI does; prefix caches profit)."""
+
+    kind: Literal["multi_turn"]
+    name: str
+    num_conversations: int = Field(gt=0)
+    turns: int = Field(gt=1)
+    turn_input_tokens: int = Field(gt=0)
+    output_tokens: int = Field(gt=0)
+
+
+Workload = Annotated[
+    FixedWorkload | SharedPrefixWorkload | ChatLengthsWorkload | MultiTurnWorkload,
+    Field(discriminator="kind"),
+]
 
 
 class LoadPoint(BaseModel):

@@ -26,6 +26,7 @@ from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore, encode_run_id
 from servebench.runner import VariantRunner, cell_id, unit_id
 from servebench.settings import Settings, get_settings
+from servebench.workloads import TEMPLATE_OVERHEAD_MAX, max_sequence_tokens
 from servebench.stacks.base import get_stack
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,12 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
     settings = settings or get_settings()
     path = settings.resolve(sweep or settings.sweep)
     spec = load_sweep(path)
-    problems = []
+    problems, longest = [], {}
+    for w_idx, workload in enumerate(spec.workloads):
+        try:
+            longest[workload.name] = max_sequence_tokens(workload, settings.project_root)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path}: field workloads[{w_idx}](name={workload.name}): {exc}")
     for t_idx, target in enumerate(spec.targets):
         where = f"{path}: field targets[{t_idx}](name={target.name})"
         try:
@@ -86,6 +92,12 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
                 problems.append(
                     f"{where}.variants[{v_idx}](name={variant.name}): {target.stack}: {problem}"
                 )
+            for name, tokens in longest.items():
+                if tokens + TEMPLATE_OVERHEAD_MAX > variant.max_model_len:
+                    problems.append(
+                        f"{where}.variants[{v_idx}](name={variant.name}).max_model_len: "
+                        f"{variant.max_model_len} is too short for workload {name!r} "
+                        f"({tokens} tokens plus the chat template)")
     for g_idx, ref in enumerate(spec.golden_sets):
         try:
             load_golden_set(settings.resolve(ref.path))

@@ -25,7 +25,7 @@ from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter, get_stack
 from servebench.telemetry import deltas, prefix_cache_hit_rate, scrape
 from servebench.tokenize import FileTokenizer, ServerTokenizer, Tokenizer
-from servebench.workloads import TEMPLATE_OVERHEAD_MAX, build_prompts
+from servebench.workloads import build_prompts
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
@@ -166,7 +166,8 @@ class VariantRunner:
             tokenizer = None
         for workload in self.spec.workloads if tokenizer else []:
             try:
-                prompts = build_prompts(workload, tokenizer, self.spec.sampling.seed)
+                prompts = build_prompts(workload, tokenizer, self.spec.sampling.seed,
+                                        root=self.settings.project_root)
             except Exception as exc:
                 self._failed_cells(f"workload build failed: {exc}", endpoint.argv, [workload])
                 continue
@@ -217,7 +218,7 @@ class VariantRunner:
             checks=ValidityChecks(
                 exact_output_length=True,
                 expected_model=endpoint.served_model,
-                prompt_abs_tolerance=TEMPLATE_OVERHEAD_MAX,
+                prompt_abs_tolerance=max(p.template_slack for p in items),
                 # usage vs streamed chunks only where every forced token streams as text
                 chunk_rel_tolerance=0.1 if self.adapter.forced_tokens_stream_as_text else None,
             ),

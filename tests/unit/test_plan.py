@@ -94,3 +94,21 @@ def test_bad_golden_set_line(tmp_path):
 
     with pytest.raises(PlanError, match=r"golden_sets\[0\]\(name=addition\)\.path: .*bad\.jsonl:2"):
         plan_run(str(_sweep(tmp_path, edit)), settings=settings)
+
+
+def test_workload_longer_than_a_variant_serves_is_rejected(tmp_path):
+    def edit(d):
+        d["workloads"][0]["input_tokens"] = 500  # + 32 output > max_model_len 512
+
+    with pytest.raises(PlanError, match=r"variants\[0\]\(name=f16\)\.max_model_len: 512 is too "
+                                        r"short for workload 'fixed-64x32' \(532 tokens"):
+        plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
+
+
+def test_missing_length_table_is_rejected(tmp_path):
+    def edit(d):
+        d["workloads"].append({"kind": "chat_lengths", "name": "chat", "dataset": "nope.jsonl",
+                               "num_requests": 4})
+
+    with pytest.raises(PlanError, match=r"workloads\[2\]\(name=chat\): .*nope\.jsonl"):
+        plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))

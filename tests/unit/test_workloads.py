@@ -45,3 +45,49 @@ def test_shared_prefix_prompts_share_exact_prefixes(tok):
 def test_text_of_length_rejects_short_sources(tok):
     with pytest.raises(ValueError, match="need more than"):
         text_of_length(tok, "1+1=2", 40)
+
+
+def test_chat_lengths_draw_from_the_table_and_clip(tok, tmp_path):
+    from servebench.config import ChatLengthsWorkload
+
+    (tmp_path / "lengths.jsonl").write_text(
+        '{"input_tokens": 20, "output_tokens": 5}\n{"input_tokens": 900, "output_tokens": 70}\n')
+    w = ChatLengthsWorkload(kind="chat_lengths", name="c", dataset="lengths.jsonl",
+                            num_requests=12, max_input_tokens=100, max_output_tokens=30)
+    items = build_prompts(w, tok, seed=2, root=tmp_path)
+    pairs = {(i.input_tokens, i.output_tokens) for i in items}
+    assert pairs == {(20, 5), (100, 30)}  # both rows drawn; the long one clipped
+    assert all(len(tok.encode(i.messages[0]["content"])) == i.input_tokens for i in items)
+
+
+def test_shipped_chat_length_table_loads():
+    from servebench.workloads import load_length_table
+
+    rows = load_length_table(PROJECT_ROOT / "include/datasets/chat_lengths.jsonl")
+    assert len(rows) == 1000
+    inputs = sorted(i for i, _ in rows)
+    assert 120 < inputs[500] < 260 and inputs[-1] > 4 * inputs[500]  # a long right tail
+
+
+def test_bad_length_table_names_the_line(tmp_path):
+    from servebench.workloads import load_length_table
+
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"input_tokens": 3, "output_tokens": 4}\n{"input_tokens": 3}\n')
+    with pytest.raises(ValueError, match=r"t\.jsonl:2: expected input_tokens and output_tokens"):
+        load_length_table(path)
+
+
+def test_multi_turn_history_grows_turn_by_turn(tok):
+    from servebench.config import MultiTurnWorkload
+
+    w = MultiTurnWorkload(kind="multi_turn", name="m", num_conversations=2, turns=3,
+                          turn_input_tokens=20, output_tokens=6)
+    items = build_prompts(w, tok, seed=4)
+    assert len(items) == 6
+    # turn-major: both conversations' first turns, then the second turns, ...
+    assert [len(i.messages) for i in items] == [1, 1, 3, 3, 5, 5]
+    assert [i.input_tokens for i in items] == [20, 20, 46, 46, 72, 72]
+    first, second = items[0].messages, items[2].messages
+    assert second[:1] == first and second[1]["role"] == "assistant"
+    assert items[4].template_slack >= 8 * 5
