@@ -1,7 +1,14 @@
 """Serving-stack adapters; importing this package registers every adapter."""
 
-from servebench.stacks import llama_cpp, transformers_serve  # noqa: F401
-from servebench.stacks import openai_api, sglang, tgi, trtllm, vllm  # noqa: F401
+from servebench.stacks import (  # noqa: F401  # noqa: F401
+    llama_cpp,
+    openai_api,
+    sglang,
+    tgi,
+    transformers_serve,
+    trtllm,
+    vllm,
+)
 from servebench.stacks.base import LaunchSpec, StackAdapter, get_stack, known_stacks
 
 __all__ = ["LaunchSpec", "StackAdapter", "get_stack", "known_stacks"]

@@ -159,6 +159,17 @@ def stream_fields() -> dict:
     return {"stream": True, "stream_options": {"include_usage": True}}
 
 
+def installed_version(distribution: str) -> str:
+    """The version of an engine installed in this environment, read from its package
+    metadata (importing vllm or sglang just to ask takes seconds)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def chat_request(*, served_model: str, messages: list[dict], sampling: SamplingSpec,
                  max_tokens: int) -> dict:
     """What every OpenAI-compatible chat request carries: the model, the messages, the length

@@ -12,7 +12,12 @@ from pathlib import Path
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import LaunchSpec, StackAdapter, chat_request, register_stack
+from servebench.stacks.base import (
+    LaunchSpec,
+    StackAdapter,
+    chat_request,
+    register_stack,
+)
 
 GGUF_QUANTS = {
     "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m",

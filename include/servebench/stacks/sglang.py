@@ -18,7 +18,6 @@ request. Exact output length: ``ignore_eos`` plus ``min_tokens = max_tokens``.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 from servebench.config import SamplingSpec, VariantSpec
@@ -29,6 +28,7 @@ from servebench.stacks.base import (
     StackAdapter,
     chat_request,
     hf_model_in_container,
+    installed_version,
     register_stack,
     vllm_style_sampling,
 )
@@ -180,11 +180,4 @@ class SglangStack(StackAdapter):
         }
 
     def version(self, settings: Settings) -> str:
-        try:
-            out = subprocess.run(
-                [sys.executable, "-c", "import sglang; print(sglang.__version__)"],
-                capture_output=True, text=True, timeout=120,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return "unknown"
-        return out.stdout.strip() or "unknown"
+        return installed_version("sglang")

@@ -17,7 +17,12 @@ from pathlib import Path
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import LaunchSpec, StackAdapter, chat_request, register_stack
+from servebench.stacks.base import (
+    LaunchSpec,
+    StackAdapter,
+    chat_request,
+    register_stack,
+)
 
 TORCH_DTYPES = {"float32", "bfloat16", "float16"}
 

@@ -16,7 +16,6 @@ Exact output length: ``ignore_eos`` plus ``min_tokens = max_tokens``.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from servebench.stacks.base import (
     StackAdapter,
     chat_request,
     hf_model_in_container,
+    installed_version,
     register_stack,
     vllm_style_sampling,
 )
@@ -188,11 +188,4 @@ class VllmStack(StackAdapter):
         }
 
     def version(self, settings: Settings) -> str:
-        try:
-            out = subprocess.run(
-                [sys.executable, "-c", "import vllm; print(vllm.__version__)"],
-                capture_output=True, text=True, timeout=120,
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return "unknown"
-        return out.stdout.strip() or "unknown"
+        return installed_version("vllm")
