@@ -259,13 +259,20 @@ class VariantRunner:
 
     def _run_golden(self, endpoint: Endpoint) -> None:
         outcomes: list[EvalOutcome] = []
-        for name in self.target.golden_sets:
+        for index, name in enumerate(self.target.golden_sets):
             ref = self.spec.golden_set(name)
-            outcome = run_golden_set(
-                ref, adapter=self.adapter, endpoint=endpoint,
-                sampling=self.spec.sampling, variant=self.variant, settings=self.settings,
-                cell_prefix=unit_id(self.target.name, self.variant.name),
-            )
+            try:
+                outcome = run_golden_set(
+                    ref, adapter=self.adapter, endpoint=endpoint,
+                    sampling=self.spec.sampling, variant=self.variant, settings=self.settings,
+                    cell_prefix=unit_id(self.target.name, self.variant.name),
+                )
+            except Exception as exc:  # the perf rows stay, but cannot count as comparable
+                log.exception("golden set %s failed on %s", name, self.variant.name)
+                if index == 0:
+                    self._without_quality(f"golden set {name} failed: {type(exc).__name__}: "
+                                          f"{exc}")
+                continue
             outcomes.append(outcome)
             for item in outcome.rows:
                 item.update(target=self.target.name, stack=self.target.stack,
@@ -277,6 +284,12 @@ class VariantRunner:
                 row.update(accuracy=accuracy, golden_set=outcomes[0].name)
                 if row.get("n_ok") is not None:  # wrong answers are not successes
                     row.update(self._cost(row))
+
+    def _without_quality(self, reason: str) -> None:
+        """Every perf number travels with a quality number: without one a cell is invalid."""
+        for row in self.result.cells:
+            if row.get("status") == "ok":
+                row.update(status="invalid", reason=f"no quality number: {reason}")
 
     def _cost(self, row: dict) -> dict:
         return cost_fields(price_per_hour=self.spec.price_per_hour, duration_s=row["duration_s"],

@@ -84,3 +84,20 @@ def test_open_loop_cell_at_a_poisson_rate(tmp_path):
     measured = sorted(r["scheduled_at"] for r in requests if not r["warmup"])
     # 12 arrivals at 20/s take about 0.55 s; a closed loop would have sent them back to back
     assert 0.15 < measured[-1] - measured[0] < 2.0
+
+
+def test_a_golden_set_that_cannot_run_leaves_perf_rows_without_validity(tmp_path, monkeypatch):
+    import servebench.runner as runner_module
+
+    def broken(*args, **kwargs):
+        raise ConnectionError("server went away mid-eval")
+
+    monkeypatch.setattr(runner_module, "run_golden_set", broken)
+    spec = _spec()
+    target = spec.targets[0].model_copy(update={"golden_sets": ["addition"]})
+    runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
+                           provisioner=LocalProvisioner(tmp_path), hardware=hardware())
+    [cell] = runner.run().cells
+    assert cell["status"] == "invalid"
+    assert cell["reason"].startswith("no quality number: golden set addition failed")
+    assert cell["ttft_ms_p50"] > 0  # the measurement itself is kept
