@@ -136,3 +136,18 @@ def test_a_batch_that_breaks_the_contract_is_not_published(s3_endpoint, small_sw
     assert "adder-llamacpp/f16/fixed/c1" in store._fs.open_input_stream(
         report.removeprefix("s3://")).read().decode()
     assert store.read_scratch(RUN)  # kept, so a fixed re-run can publish
+
+
+def test_the_nightly_dag_publishes_to_s3(s3_endpoint, small_sweep, tmp_path, monkeypatch):
+    from airflow.dag_processing.dagbag import DagBag
+
+    store = _s3_env(monkeypatch, s3_endpoint, "dag")
+    monkeypatch.setenv("SERVEBENCH_WORK_DIR", str(tmp_path / "runs"))
+    dag = DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags["nightly_benchmark"]
+    dag_run = dag.test(run_conf={"sweep": small_sweep})
+    assert dag_run.state == "success"
+    [run_id] = store.committed_run_ids()
+    cells = store.read_table("cells").to_pandas()
+    assert sorted(cells["variant"]) == ["f16", "q2_k"] and (cells["status"] == "ok").all()
+    assert store.read_table("evals").num_rows == 400
+    assert store.find("digests") and not store.read_scratch(run_id)
