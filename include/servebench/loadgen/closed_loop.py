@@ -86,10 +86,9 @@ async def run_closed_loop(
         :class:`LoadResult`. Request failures are records with ``error`` set, never exceptions.
 
     Raises:
-        ValueError: on a bad configuration (``concurrency < 1``, ``warmup`` out of range).
+        ValueError: on a bad configuration (``concurrency < 1``, checked by
+            :meth:`LoadSpec.closed`; ``warmup`` out of range).
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     return await run_load(
         base_url, path, bodies, LoadSpec.closed(concurrency), warmup=warmup, cell_id=cell_id,
         headers=headers, timeout_s=timeout_s, request_deadline_s=request_deadline_s,
@@ -128,8 +127,6 @@ def run_closed_loop_sync(
     around the call must know). Must not be called from a thread already running an event
     loop.
     """
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     return run_load_sync(
         base_url, path, bodies, LoadSpec.closed(concurrency), processes=processes,
         max_processes=max_processes, warmup=warmup, cell_id=cell_id, headers=headers,

@@ -56,7 +56,7 @@ class LlamaCppStack(StackAdapter):
     def local_launch(
         self, variant: VariantSpec, *, host: str, port: int, settings: Settings
     ) -> LaunchSpec:
-        served = f"{Path(variant.model).stem}"
+        served = Path(variant.model).stem
         argv = [
             str(self._server_bin(settings)),
             "--model", str(settings.resolve(variant.model)),
