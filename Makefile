@@ -8,7 +8,10 @@ BIN := $(VENV)/bin
 STACKS_VENV ?= $(ROOT)/.venv-stacks
 export SERVEBENCH_CACHE ?= $(HOME)/.cache/servebench
 LLAMA_CPP_PYTHON_VERSION := 0.3.36
-LLAMA_BIN := $(SERVEBENCH_CACHE)/llama.cpp-$(LLAMA_CPP_PYTHON_VERSION)/build/bin
+# the llama.cpp build flavour (scripts/build_llama_cpp.sh says why AMX kernels are off)
+export LLAMA_CPP_BUILD_TAG := noamx
+export LLAMA_CPP_PYTHON_VERSION
+LLAMA_BIN := $(SERVEBENCH_CACHE)/llama.cpp-$(LLAMA_CPP_PYTHON_VERSION)-$(LLAMA_CPP_BUILD_TAG)/build/bin
 MODELS := $(ROOT)/build/models
 GGUFS := $(addprefix $(MODELS)/adder-3m-,f16.gguf q8_0.gguf q4_k_m.gguf q2_k.gguf)
 
@@ -25,7 +28,7 @@ export STACKS_VENV
 .PHONY: run test setup venv stacks llama models airflow-db unit clean
 run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
-	$(BIN)/servebench summary --latest
+	$(BIN)/servebench summary --latest --require-ok
 
 test: setup airflow-db
 	$(BIN)/python -m pytest
@@ -49,8 +52,11 @@ stacks:
 llama:
 	scripts/build_llama_cpp.sh
 
-models: stacks llama
+# every built GGUF is launched once and sent a batch of requests: a binary/model pair that
+# crashes (a signal, a bad file) fails the build here, naming the file and how it died
+models: venv stacks llama
 	$(STACKS_VENV)/bin/python scripts/build_local_model.py --llama-bin $(LLAMA_BIN) --out $(MODELS)
+	$(BIN)/servebench smoke include/sweeps/local.yaml --stack llama_cpp
 
 airflow-db: venv
 	mkdir -p $(AIRFLOW_HOME)

@@ -28,7 +28,8 @@ def default_llama_bin() -> Path:
     cache = Path(os.environ.get("SERVEBENCH_CACHE")
                  or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "servebench")
     version = os.environ.get("LLAMA_CPP_PYTHON_VERSION", "0.3.36")
-    return cache / f"llama.cpp-{version}" / "build" / "bin"
+    tag = os.environ.get("LLAMA_CPP_BUILD_TAG", "noamx")
+    return cache / f"llama.cpp-{version}-{tag}" / "build" / "bin"
 
 
 def find_src(llama_bin: Path) -> Path:

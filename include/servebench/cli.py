@@ -1,4 +1,5 @@
-"""``servebench`` command line: validate a sweep, print a run's summary."""
+"""``servebench`` command line: validate a sweep, smoke-test its variants, print a run's
+summary."""
 
 from __future__ import annotations
 
@@ -52,6 +53,44 @@ def _summary(args: argparse.Namespace) -> int:
     digests = store.find(f"digests/date={run['run_date']}")
     if digests:
         print("digest: " + ", ".join(digests))
+    bad = cells[cells["status"] != "ok"].sort_values("cell_id")
+    if args.require_ok and not bad.empty:
+        print(f"\nFAILED: {len(bad)} of {len(cells)} cells are not ok:", file=sys.stderr)
+        for cell in bad.itertuples():
+            reason = str(cell.reason or "").splitlines()[0][:300]
+            print(f"  {cell.cell_id}: {cell.status}: {reason}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _smoke(args: argparse.Namespace) -> int:
+    import logging
+    import tempfile
+    from pathlib import Path
+
+    from servebench.config import load_sweep
+    from servebench.smoke import smoke_sweep
+
+    logging.basicConfig(level=logging.WARNING)
+    settings = get_settings()
+    sweep = args.sweep or str(settings.resolve(settings.sweep))
+    try:
+        spec = load_sweep(sweep)
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="servebench-smoke-") as state:
+        results = smoke_sweep(spec, settings, Path(state), stacks=set(args.stack or ()))
+    for result in results:
+        print(("ok    " if result.ok else "FAIL  ") + result.line(),
+              file=sys.stdout if result.ok else sys.stderr)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        print(f"{sweep}: {len(failed)} of {len(results)} variants do not serve", file=sys.stderr)
+        return 1
+    if not results:
+        print(f"{sweep}: no launchable variant matched", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -65,7 +104,14 @@ def main(argv: list[str] | None = None) -> int:
     group = summary.add_mutually_exclusive_group()
     group.add_argument("--run-id")
     group.add_argument("--latest", action="store_true", help="the newest committed run")
+    summary.add_argument("--require-ok", action="store_true",
+                         help="exit 1, listing them, when any cell is not ok")
     summary.set_defaults(fn=_summary)
+    smoke = sub.add_parser("smoke", help="launch each variant once and send it a batch of "
+                                         "requests: does it serve at all?")
+    smoke.add_argument("sweep", nargs="?", default=None)
+    smoke.add_argument("--stack", action="append", help="only variants of this stack")
+    smoke.set_defaults(fn=_smoke)
     args = parser.parse_args(argv)
     return args.fn(args)
 

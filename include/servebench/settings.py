@@ -14,6 +14,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LLAMA_CPP_VERSION = "0.3.36"  # llama-cpp-python sdist whose vendored llama.cpp we build
+# its build flavour: AMX tile kernels compiled out (scripts/build_llama_cpp.sh says why)
+LLAMA_CPP_BUILD_TAG = "noamx"
 
 
 def _cache_dir() -> Path:
@@ -37,7 +39,7 @@ class Settings(BaseSettings):
         PROJECT_ROOT / "build" / "runs", description="server logs and pid files per run"
     )
     llama_bin: Path = Field(
-        _cache_dir() / f"llama.cpp-{LLAMA_CPP_VERSION}" / "build" / "bin",
+        _cache_dir() / f"llama.cpp-{LLAMA_CPP_VERSION}-{LLAMA_CPP_BUILD_TAG}" / "build" / "bin",
         description="folder with llama-server and llama-quantize",
     )
     stacks_venv: Path = Field(

@@ -42,6 +42,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return sock.getsockname()[1]
 
 
+def describe_exit(returncode: int) -> str:
+    """``exited with code 1`` or ``killed by SIGSEGV (-11)``: Popen's negative codes named."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name} ({returncode})"
+    return f"exited with code {returncode}"
+
+
 def _log_tail(path: Path, lines: int = 30) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
@@ -55,6 +66,7 @@ class LocalProvisioner:
     def __init__(self, state_dir: Path):
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._procs: dict[int, subprocess.Popen] = {}  # servers this process started, by pid
 
     def _pid_file(self, name: str) -> Path:
         return self.state_dir / f"{name}.server.json"
@@ -85,6 +97,7 @@ class LocalProvisioner:
             json.dumps({"pid": proc.pid, "argv": argv, "started_at": time.time()})
         )
         server = RunningServer(name, proc.pid, f"http://{host}:{port}", log_path)
+        self._procs[proc.pid] = proc
         try:
             self._wait_healthy(proc, server, health_path, timeout_s)
         except BaseException:
@@ -102,7 +115,7 @@ class LocalProvisioner:
                 code = proc.poll()
                 if code is not None:
                     raise ServerLaunchError(
-                        f"{server.name} exited with code {code} before becoming healthy; "
+                        f"{server.name} {describe_exit(code)} before becoming healthy; "
                         f"log tail:\n{_log_tail(server.log_path)}"
                     )
                 with contextlib.suppress(httpx.HTTPError):
@@ -115,8 +128,20 @@ class LocalProvisioner:
             f"log tail:\n{_log_tail(server.log_path)}"
         )
 
+    def exited(self, server: RunningServer) -> str | None:
+        """How a server this provisioner started has ended (``killed by SIGSEGV (-11)``), with
+        its log tail; None while it still runs."""
+        proc = self._procs.get(server.pid)
+        if proc is None or proc.poll() is None:
+            return None
+        return f"{server.name} {describe_exit(proc.returncode)}; log tail:\n" \
+               f"{_log_tail(server.log_path)}"
+
     def stop(self, server: RunningServer, grace_s: float = 10.0) -> None:
         _terminate_group(server.pid, grace_s)
+        proc = self._procs.pop(server.pid, None)
+        if proc is not None:
+            proc.poll()  # collect its status so no zombie is left
         self._pid_file(server.name).unlink(missing_ok=True)
         log.info("stopped %s (pid %d)", server.name, server.pid)
 

@@ -1,0 +1,120 @@
+"""Smoke test: does each launched variant of a sweep serve at all? Seconds, not a benchmark.
+
+Each variant is launched exactly as the benchmark launches it (the adapter's command, the
+local provisioner), sent ``max_num_seqs`` concurrent chat requests of ``SMOKE_TOKENS`` forced
+tokens with the sweep's sampling -- a multi-token prompt and a full batch of decodes, so the
+batched (M > 1) matmul kernels run, which is where llama.cpp's AMX tiles crashed while single
+requests went through -- and stopped. A server that dies says how (``killed by SIGSEGV``)
+and which model file it was serving. ``make models`` runs this over the local sweep, so a
+crashing binary/model pair is a build error, not a night of failed cells.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from servebench.config import SweepSpec, TargetSpec, VariantSpec
+from servebench.provision.local import LocalProvisioner, ServerLaunchError, free_port
+from servebench.settings import Settings
+from servebench.stacks.base import get_stack
+
+log = logging.getLogger(__name__)
+
+SMOKE_TOKENS = 8
+_FINISHED = re.compile(r'"finish_reason"\s*:\s*"')
+SMOKE_PROMPT = "Add the numbers. 12+34=46. 27+58=85. 61+19=80. 45+36="
+
+
+@dataclass(frozen=True)
+class SmokeResult:
+    target: str
+    variant: str
+    model: str
+    problem: str | None  # None: served every request
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    def line(self) -> str:
+        status = "serves" if self.ok else f"FAILED: {self.problem}"
+        return f"{self.target}/{self.variant} ({self.model}): {status}"
+
+
+def smoke_sweep(spec: SweepSpec, settings: Settings, state_dir: Path, *,
+                stacks: set[str] | None = None) -> list[SmokeResult]:
+    """Smoke every launchable variant of ``spec`` (of ``stacks`` only, when given)."""
+    provisioner = LocalProvisioner(state_dir)
+    results = []
+    for target in spec.targets:
+        if stacks and target.stack not in stacks:
+            continue
+        for variant in target.variants:
+            result = smoke_variant(spec, target, variant, settings, provisioner)
+            if result is not None:
+                log.info("smoke %s", result.line())
+                results.append(result)
+    return results
+
+
+def smoke_variant(spec: SweepSpec, target: TargetSpec, variant: VariantSpec,
+                  settings: Settings, provisioner: LocalProvisioner) -> SmokeResult | None:
+    """Launch, load, stop one variant; None for a hosted endpoint (nothing is launched)."""
+    adapter = get_stack(target.stack)
+    if adapter.static_endpoint(variant, settings) is not None:
+        return None
+
+    def result(problem: str | None) -> SmokeResult:
+        return SmokeResult(target.name, variant.name, variant.model, problem)
+
+    problems = adapter.check(variant, settings)
+    if problems:
+        return result("; ".join(problems))
+    port = free_port()
+    launch = adapter.local_launch(variant, host="127.0.0.1", port=port, settings=settings)
+    try:
+        server = provisioner.start(
+            f"smoke-{target.name}--{variant.name}", launch.argv, port=port,
+            health_path=launch.health_path, env=launch.env, timeout_s=settings.health_timeout_s,
+        )
+    except ServerLaunchError as exc:
+        return result(f"launch failed: {exc}")
+    try:
+        body = adapter.chat_body(
+            served_model=launch.served_model,
+            messages=[{"role": "user", "content": SMOKE_PROMPT}],
+            sampling=spec.sampling, max_tokens=SMOKE_TOKENS, force_length=True, variant=variant,
+        )
+        url = server.base_url + adapter.chat_path
+        with httpx.Client(timeout=spec.load.request_timeout_s) as client, \
+                ThreadPoolExecutor(variant.max_num_seqs) as pool:
+            answers = list(pool.map(lambda _: _post(client, url, body),
+                                    range(variant.max_num_seqs)))
+        died = provisioner.exited(server)
+        if died:
+            return result(died)
+        failures = [a for a in answers if a]
+        if failures:
+            return result(f"{len(failures)}/{len(answers)} requests failed: {failures[0]}")
+        return result(None)
+    finally:
+        provisioner.stop(server)
+
+
+def _post(client: httpx.Client, url: str, body: dict) -> str | None:
+    """One request, read to the end of its stream; the problem, or None."""
+    try:
+        response = client.post(url, json=body)
+    except httpx.HTTPError as exc:
+        return f"{type(exc).__name__}: {exc}"
+    if response.status_code != 200:
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+    if "[DONE]" not in response.text and not _FINISHED.search(response.text):
+        return f"stream ended without [DONE] or a finish_reason: {response.text[-200:]!r}"
+    return None

@@ -1,0 +1,111 @@
+"""`servebench smoke` against real processes: every local variant serves (on any CPU), and a
+server that crashes under a batch of requests, or never starts on a bad GGUF, is a loud
+failure naming the model file and how the process died.
+
+Needs `make setup` (llama.cpp, the GGUFs and the stacks venv).
+"""
+
+import os
+import signal
+import stat
+import sys
+import textwrap
+
+import pytest
+
+from servebench.cli import main as cli_main
+from servebench.config import load_sweep, parse_sweep
+from servebench.settings import PROJECT_ROOT, Settings
+from servebench.smoke import smoke_sweep
+
+pytestmark = pytest.mark.integration
+
+LOCAL = PROJECT_ROOT / "include/sweeps/local.yaml"
+
+
+def test_every_local_variant_serves(tmp_path):
+    """The guarantee `make models` relies on, for both stacks: each variant of the local sweep,
+    launched as the benchmark launches it, answers a full batch of concurrent requests."""
+    spec = load_sweep(LOCAL)
+    results = smoke_sweep(spec, Settings(), tmp_path)
+    expected = {(t.name, v.name) for t in spec.targets for v in t.variants}
+    assert {(r.target, r.variant) for r in results} == expected
+    assert [r.line() for r in results if not r.ok] == []
+    assert not list(tmp_path.glob("*.server.json")), "a smoke server was left running"
+
+
+def _one_variant_sweep(model: str) -> dict:
+    spec = load_sweep(LOCAL).model_dump(mode="json", exclude_none=True)
+    target = next(t for t in spec["targets"] if t["stack"] == "llama_cpp")
+    variant = {**target["variants"][0], "name": "v", "model": model}
+    spec["targets"] = [{**target, "baseline": "v", "variants": [variant]}]
+    spec.pop("cross_stack", None)
+    return spec
+
+
+# a stand-in llama-server that is healthy, then dies by SIGSEGV on the first batch of
+# requests -- what llama.cpp's AMX kernels did on c7i hosts
+CRASHING_SERVER = textwrap.dedent("""\
+    #!{python}
+    import http.server, os, signal, sys
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200); self.end_headers(); self.wfile.write(b"{{}}")
+        def do_POST(self):
+            os.kill(os.getpid(), signal.SIGSEGV)
+        def log_message(self, *a):
+            pass
+    http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+    """)
+
+
+def test_a_server_killed_by_a_signal_fails_loudly(tmp_path, monkeypatch, capsys):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    server = bin_dir / "llama-server"
+    server.write_text(CRASHING_SERVER.format(python=sys.executable))
+    server.chmod(server.stat().st_mode | stat.S_IXUSR)
+    model = tmp_path / "adder-crash.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setenv("SERVEBENCH_LLAMA_BIN", str(bin_dir))
+
+    spec = parse_sweep(_one_variant_sweep(str(model)), "test")
+    [result] = smoke_sweep(spec, Settings(), tmp_path / "state")
+    assert not result.ok
+    assert "killed by SIGSEGV (-11)" in result.problem
+    assert str(model) in result.line()
+
+    sweep_file = tmp_path / "sweep.json"
+    sweep_file.write_text(spec.model_dump_json())
+    assert cli_main(["smoke", str(sweep_file)]) == 1
+    err = capsys.readouterr().err
+    assert "SIGSEGV" in err and str(model) in err and "1 of 1 variants do not serve" in err
+    assert not list((tmp_path / "state").glob("*.server.json"))
+
+
+def test_a_gguf_the_server_cannot_load_fails_loudly(tmp_path):
+    good = Settings().resolve("build/models/adder-3m-q8_0.gguf")
+    broken = tmp_path / "adder-truncated.gguf"
+    broken.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    spec = parse_sweep(_one_variant_sweep(str(broken)), "test")
+    [result] = smoke_sweep(spec, Settings(), tmp_path / "state")
+    assert not result.ok
+    assert "launch failed" in result.problem and "exited with code" in result.problem
+    assert str(broken) in result.line()
+
+
+def test_describe_exit_names_signals():
+    from servebench.provision.local import describe_exit
+
+    assert describe_exit(-signal.SIGSEGV) == "killed by SIGSEGV (-11)"
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL (-9)"
+    assert describe_exit(3) == "exited with code 3"
+    assert os.EX_OK == 0 and describe_exit(0) == "exited with code 0"
+
+
+def test_engine_version_in_provenance_names_the_build_flags():
+    from servebench.stacks.base import get_stack
+
+    version = get_stack("llama_cpp").version(Settings())
+    assert "llama-cpp-python==" in version and "-mno-amx-int8" in version
