@@ -1,7 +1,7 @@
 """Nightly benchmark of the serving stacks named in a sweep spec.
 
 plan -> provision (setup) -> bench every (target, variant) -> teardown (always)
--> publish Parquet -> digest. The logic lives in ``servebench.pipeline``; this file wires it.
+-> publish Parquet -> detect regressions against the nights before -> digest. The logic lives in ``servebench.pipeline``; this file wires it.
 Trigger with ``{"sweep": "include/sweeps/<name>.yaml"}`` to run another sweep.
 """
 
@@ -66,6 +66,12 @@ def nightly_benchmark():
                                      started_at=dag_run.start_date)
 
     @task
+    def detect(summary: dict) -> dict:
+        from servebench.pipeline import detect_regressions
+
+        return detect_regressions(summary)
+
+    @task
     def digest(summary: dict) -> str:
         from servebench.pipeline import send_digest
 
@@ -78,7 +84,7 @@ def nightly_benchmark():
     benched >> release(hosts)  # the argument links the teardown to its setup
     published = publish(planned)
     benched >> published
-    digest(published)
+    digest(detect(published))  # the digest leads with what tonight changed
 
 
 nightly_benchmark()

@@ -94,6 +94,22 @@ def _smoke(args: argparse.Namespace) -> int:
     return 0
 
 
+def _trends_replay(args: argparse.Namespace) -> int:
+    from servebench.trends.replay import HistoryError, read_history, replay
+
+    try:
+        history = read_history(args.history)
+    except HistoryError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    alerts = replay(history)
+    alerts.to_csv(args.out, index=False)
+    worse = int((alerts["direction"] == "worse").sum())
+    print(f"{len(history)} series: {len(alerts)} alerts ({worse} worse, "
+          f"{len(alerts) - worse} better) -> {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="servebench", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -112,6 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     smoke.add_argument("sweep", nargs="?", default=None)
     smoke.add_argument("--stack", action="append", help="only variants of this stack")
     smoke.set_defaults(fn=_smoke)
+    trends = sub.add_parser("trends", help="nightly change points")
+    trends_sub = trends.add_subparsers(dest="trends_command", required=True)
+    replay = trends_sub.add_parser(
+        "replay", help="replay a long-format history night by night through the detector")
+    replay.add_argument("history", help="Parquet: series_id, metric, direction, night, date, "
+                                        "value[, binomial_n]")
+    replay.add_argument("--out", required=True, help="alerts CSV to write")
+    replay.set_defaults(fn=_trends_replay)
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -26,8 +26,8 @@ from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore, encode_run_id
 from servebench.runner import VariantRunner, cell_id, unit_id
 from servebench.settings import Settings, get_settings
-from servebench.workloads import TEMPLATE_OVERHEAD_MAX, max_sequence_tokens
 from servebench.stacks.base import get_stack
+from servebench.workloads import TEMPLATE_OVERHEAD_MAX, max_sequence_tokens
 
 log = logging.getLogger(__name__)
 TABLES = ("cells", "requests", "evals")
@@ -242,6 +242,24 @@ def _missing_unit_cells(spec: SweepSpec, unit: dict, run_id: str, run_date: str)
     ]
 
 
+# -- detect ----------------------------------------------------------------------------------
+def detect_regressions(summary: dict, settings: Settings | None = None) -> dict:
+    """Compare the published night with the nights before it; attach what it raises to the
+    run as its ``regressions`` table (replacing an earlier detect of the same run)."""
+    from servebench.trends.annotations import load_annotations
+    from servebench.trends.nightly import detect_night
+
+    settings = settings or get_settings()
+    store = open_store(settings)
+    run_id = summary["run_id"]
+    annotations = load_annotations(settings.resolve(settings.annotations))
+    rows = detect_night(store, run_id, annotations=annotations)
+    rows = [{"run_id": run_id, "run_date": summary["run_date"], **row} for row in rows]
+    store.attach(run_id, summary["run_date"], {"regressions": rows_to_table("regressions", rows)})
+    kinds = [r["kind"] for r in rows]
+    return {**summary, "alerts": {k: kinds.count(k) for k in sorted(set(kinds))}}
+
+
 # -- digest ----------------------------------------------------------------------------------
 def _slack_credentials(settings: Settings) -> tuple[str | None, str | None]:
     """(token, base_url) from $SLACK_BOT_TOKEN or the Airflow Slack connection; else None."""
@@ -267,7 +285,8 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
     run_id = summary["run_id"]
     cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
     run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
-    markdown = render_digest(cells, run, settings.results_uri)
+    regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
+    markdown = render_digest(cells, run, settings.results_uri, regressions)
     where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
                            markdown)
     token, base_url = _slack_credentials(settings)

@@ -48,6 +48,10 @@ class Settings(BaseSettings):
     slack_channel: str = Field("#servebench", description="channel for the digest")
     slack_conn_id: str = Field("slack_api_default", description="Airflow Slack connection")
     health_timeout_s: float = Field(300.0, gt=0)
+    annotations: str = Field(
+        "include/trends/annotations.yaml",
+        description="expected changes that reset trend baselines (servebench.trends)",
+    )
 
     def resolve(self, path: str | Path) -> Path:
         """A spec path made absolute against the project root."""

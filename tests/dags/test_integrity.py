@@ -39,7 +39,8 @@ def test_nightly_shape(bag):
     assert tasks["publish"].trigger_rule == "all_done"
     assert tasks["bench"].max_active_tis_per_dag == 1
     assert {"bench"} <= tasks["publish"].upstream_task_ids
-    assert "publish" in tasks["digest"].upstream_task_ids
+    assert "publish" in tasks["detect"].upstream_task_ids
+    assert "detect" in tasks["digest"].upstream_task_ids  # the digest leads with what changed
 
 
 def test_dag_file_has_no_heavy_top_level_imports():

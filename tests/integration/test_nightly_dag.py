@@ -106,3 +106,11 @@ def test_servers_stopped_and_digest_written(published):
     assert len(digests) == 1
     text = Path(digests[0]).read_text()
     assert "adder-llamacpp" in text and "adder-transformers" in text
+    # a first night has no history to regress from; the gate still fails the harsh quant
+    assert "No regressions, improvements or newly failing cells." in text
+
+
+def test_detect_attached_the_nights_alerts(published):
+    _, store, _ = published
+    alerts = store.read_table("regressions").to_pandas()
+    assert alerts[["kind", "variant"]].values.tolist() == [["gate_failure", "q2_k"]]

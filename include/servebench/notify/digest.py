@@ -183,9 +183,58 @@ def _header(run: dict, cells: pd.DataFrame, results_uri: str) -> list[str]:
     return lines
 
 
-def render_digest(cells: pd.DataFrame, run: dict, results_uri: str) -> str:
-    """Markdown digest of one run: header, a table per target, then invalid/failed cells."""
+KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),
+               ("newly_failing", "Newly failing cells"))
+
+
+def _alert_line(r: dict) -> str:
+    from servebench.trends.series import metric_label
+
+    where = " / ".join(fmt_text(r.get(k)) for k in ("target", "variant", "workload",
+                                                     "load_point") if not _isnan(r.get(k)))
+    if r.get("kind") == "newly_failing":
+        return f"`{where}`: {_one_line(r.get('reason'))}"
+    pct = r.get("change_pct")
+    change = MISSING if _isnan(pct) else f"{float(pct):+.1f}%"
+    drastic = " (drastic, one night)" if r.get("drastic") is True else ""
+    return (f"**{metric_label(fmt_text(r.get('metric')))} {change}** `{where}`: "
+            f"{fmt_num(r.get('before'))} -> {fmt_num(r.get('after'))} since "
+            f"{fmt_text(r.get('change_date'))} ({fmt_int(r.get('nights_since'))} nights)"
+            f"{drastic}")
+
+
+def regression_lines(regressions: pd.DataFrame) -> list[str]:
+    """Markdown for the night's alerts, regressions first, grouped into findings (alerts with
+    one change night, kind and cause) with the cause said once."""
+    titled = [kind for kind, _ in KIND_TITLES]
+    if regressions is None or not regressions["kind"].isin(titled).any():
+        return ["", "## Since the nights before", "",
+                "No regressions, improvements or newly failing cells."]
+    out: list[str] = []
+    for kind, title in KIND_TITLES:
+        rows = regressions[regressions["kind"] == kind]
+        if rows.empty:
+            continue
+        out += ["", f"## {title} ({len(rows)})", ""]
+        for _, finding in rows.groupby("finding", sort=False):
+            records = finding.to_dict("records")
+            cause = fmt_text(records[0].get("cause"))
+            if len(records) == 1:
+                out.append(f"- {_alert_line(records[0])}; cause: {cause}")
+                continue
+            out.append(f"- **{len(records)} series** changed on "
+                       f"{fmt_text(records[0].get('change_date'))}; cause: {cause}")
+            out += [f"  - {_alert_line(r)}" for r in records]
+    return out
+
+
+def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
+                  regressions: pd.DataFrame | None = None) -> str:
+    """Markdown digest of one run: header, what changed since the nights before (when the
+    detect task ran), a table per target, then invalid/failed cells."""
     out = _header(run, cells, results_uri)
+    if regressions is not None:
+        out += regression_lines(regressions)
     records = _records(cells)
     if not records:
         return "\n".join(out + ["", "_No cells in this run._"]) + "\n"

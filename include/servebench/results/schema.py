@@ -5,6 +5,9 @@ Tables
   cells     one row per target x variant x workload x load point, failed/invalid cells included
   requests  one row per request sent (raw timestamps, so any metric can be recomputed later)
   evals     one row per golden-set item per target/variant
+  regressions  one row per alert the night raised (servebench.trends): regressions and
+            improvements found in the history, cells newly failing, quality-gate failures;
+            written by the DAG's detect task after the run is published
 
 Every table carries an int ``schema_version`` column (filled automatically) and the schema version
 in its metadata. Bump SCHEMA_VERSION when a column changes meaning or type; adding a nullable
@@ -183,6 +186,33 @@ EVALS = pa.schema(
     ]
 )
 
+REGRESSION_KINDS = ("regression", "improvement", "newly_failing", "gate_failure")
+
+REGRESSIONS = pa.schema(
+    _base()
+    + [
+        _f("series_id", _STR),  # target/variant/workload/load_point/metric#<stack,model,hardware>
+        _f("target", _STR),
+        _f("stack", _STR),
+        _f("variant", _STR),
+        _f("workload", _STR),  # null for variant-level alerts (accuracy, gate)
+        _f("load_point", _STR),
+        _f("metric", _STR),
+        _f("kind", _STR),  # one of REGRESSION_KINDS
+        _f("before", _F64),  # the level before the change (median)
+        _f("after", _F64),  # the mean since the change
+        _f("change_pct", _F64),
+        _f("z", _F64),  # standard errors of the move (drastic: sigmas of the one night)
+        _f("drastic", pa.bool_()),
+        _f("change_date", pa.date32()),  # the first night of the new level
+        _f("change_run_id", _STR),
+        _f("nights_since", _I32),  # nights at the new level, this one included
+        _f("cause", _STR),  # what the provenance says changed at the change night
+        _f("finding", _STR),  # alerts sharing a change night and a cause: one finding
+        _f("reason", _STR),  # newly failing / gate failure: why
+    ]
+)
+
 # Columns that must be present and non-null in every row.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "runs": ("schema_version", "run_id", "run_date"),
@@ -190,6 +220,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
               "workload", "status"),
     "requests": ("schema_version", "run_id", "run_date", "cell_id", "request_id", "warmup"),
     "evals": ("schema_version", "run_id", "run_date", "target", "variant", "golden_set", "item_id"),
+    "regressions": ("schema_version", "run_id", "run_date", "series_id", "target", "metric",
+                    "kind"),
 }
 
 
@@ -202,9 +234,13 @@ def _finish(name: str, schema: pa.Schema) -> pa.Schema:
 
 TABLES: dict[str, pa.Schema] = {
     name: _finish(name, s)
-    for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS}.items()
+    for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS,
+                    "regressions": REGRESSIONS}.items()
 }
-RUNS, CELLS, REQUESTS, EVALS = (TABLES[n] for n in ("runs", "cells", "requests", "evals"))
+RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS = (
+    TABLES[n] for n in ("runs", "cells", "requests", "evals", "regressions"))
+# what the publish of a run writes (and its contract checks); the rest is derived afterwards
+PUBLISHED_TABLES = ("runs", "cells", "requests", "evals")
 
 
 class SchemaError(ValueError):

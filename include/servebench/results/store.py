@@ -278,6 +278,34 @@ class ResultStore:
         )
         return manifest
 
+    def attach(self, run_id: str, run_date: dt.date | str, tables: dict[str, pa.Table]) -> Manifest:
+        """Add (or replace) derived ``tables`` of a committed run -- the regressions the detect
+        task finds after publish. Each table's partition is replaced by one file move and the
+        manifest rewritten last, so running it again replaces, never duplicates."""
+        if isinstance(run_date, str):
+            run_date = dt.date.fromisoformat(run_date)
+        previous = self.manifest(run_id)
+        if previous is None:
+            raise ValueError(f"run {run_id!r} is not committed: publish it before attaching")
+        enc = encode_run_id(run_id)
+        checked = {name: self._check(name, t, run_id, run_date) for name, t in tables.items()}
+        entries = dict(previous.tables)
+        for name, table in checked.items():
+            staged = self._path(STAGING, enc, "attach", name, PART_FILE)
+            self._ensure_parent(staged)
+            pq.write_table(table, staged, filesystem=self._fs, compression="zstd")
+            rel = f"{self._partition_rel(name, run_date, run_id)}/{PART_FILE}"
+            self._delete_dir(self._path(rel).rsplit("/", 1)[0])
+            self._ensure_parent(self._path(rel))
+            self._fs.move(staged, self._path(rel))
+            entries[name] = TableEntry(rows=table.num_rows, files=[rel])
+        manifest = Manifest(run_id=run_id, run_date=run_date,
+                            committed_at=previous.committed_at, tables=entries)
+        self._write_text(self._manifest_path(run_id), manifest.to_json())
+        self._delete_dir(self._path(STAGING, enc, "attach"))
+        log.info("attached to run %s: %s", run_id, {n: t.num_rows for n, t in checked.items()})
+        return manifest
+
     @staticmethod
     def _check(name: str, table: pa.Table, run_id: str, run_date: dt.date) -> pa.Table:
         table = conform(name, table)

@@ -1,0 +1,1 @@
+"""Nightly trends: change points in the history of each series, and their replay."""

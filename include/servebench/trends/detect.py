@@ -1,0 +1,285 @@
+"""Change points in one nightly series: Apache Otava, made aware of the series' own noise.
+
+Otava's E-divisive means (Matteson & James 2014, "A Nonparametric Approach for Multiple Change
+Point Analysis of Multivariate Data"; split/merge as in Fleming et al. 2023, "Hunter: Using
+Change Point Detection to Hunt for Performance Regressions") decides whether and where a series
+changed. With one fixed p-value and magnitude for every series it alerts on noisy series and
+misses small steps on quiet ones (``benchmarks/trends_replay.py`` measures both), so around it,
+per series and per night:
+
+- **noise**: a robust per-night sigma, 1.4826 * MAD around the baseline median (it sees slow,
+  autocorrelated wander too), raised to the scatter of the last ``local_nights`` night-to-night
+  changes when that is ``variance_ratio`` times larger (the noise itself changed). A lag-1
+  autocorrelation distinguishable from zero inflates the standard error of a few nights' mean
+  by (1 + rho) / (1 - rho). Accuracy series use binomial noise from the golden-set size, at the
+  level of the nights judged.
+- **outliers**: a night far (``outlier_sigmas``) from both its neighbours, on the same side, is
+  replaced by theirs before Otava sees it, so one wild night neither alerts nor becomes a change
+  point. The last night has no neighbour after it yet; it may stand at most
+  ``last_night_slack`` sigmas beyond the other nights after a change.
+- **evidence** for a change ``k`` nights back (``min_nights_after`` <= k <= ``recent``): the
+  mean of those nights moved ``z_alert`` standard errors (more on a short baseline, since sigma
+  is estimated from it) and ``min_sigmas`` sigmas (never under ``min_rel_change``) off the
+  median before them; every one of them is on the moved side; they scatter around their own
+  mean no more than the noise allows (chi-square, 95%; one night overshooting the move is
+  forgiven from four nights on); and the ``pre_nights`` before them still scattered like the
+  baseline (99%). A change of variance alone moves no mean, or scatters, and does not pass.
+- **Otava** runs (a few ms) only when some k passes, over the last ``lookback`` nights, with
+  ``max_pvalue = otava_pvalue`` and ``min_magnitude`` from the noise; the change is raised only
+  where Otava finds a change point within ``locate_tolerance`` nights of the passing k.
+- **direction**: worse is up for ``higher_is_worse`` metrics (latency, cost), down for
+  ``lower_is_worse`` (throughput, accuracy); the opposite is an improvement, reported as such.
+- **drastic guard**: a last night more than ``drastic_sigmas`` and ``drastic_rel`` off the
+  baseline alerts the same morning (single nights of 8 sigma happen; 10 sigma and 20% is news).
+
+The function is pure: given the values of nights ``0..t`` and where the baseline starts (an
+annotation, or the last change already alerted), it says whether night ``t`` raises a change.
+The nightly DAG (``trends.nightly``) and ``servebench trends replay`` call exactly this.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from otava.analysis import compute_change_points
+
+Direction = Literal["higher_is_worse", "lower_is_worse"]
+DIRECTIONS: tuple[str, ...] = ("higher_is_worse", "lower_is_worse")
+
+
+# 95% quantiles of chi-square with 0..8 degrees of freedom: how far the nights after a change
+# may scatter around their own mean, in units of the baseline variance, and still be one level
+CHI2_95 = (0.0, 3.84, 5.99, 7.81, 9.49, 11.07, 12.59, 14.07, 15.51)
+CHI2_99 = (0.0, 6.63, 9.21, 11.34, 13.28, 15.09, 16.81, 18.48, 20.09)
+
+
+@dataclass(frozen=True)
+class DetectorSettings:
+    """The detector's knobs; the defaults are the ones `benchmarks/trends_replay.py` measures."""
+
+    z_alert: float = 3.5  # standard errors the after-mean must move
+    min_sigmas: float = 1.0  # a change smaller than this many per-night sigmas is noise
+    min_rel_change: float = 0.02  # ... and never one under 2% (continuous metrics)
+    outlier_sigmas: float = 3.5
+    drastic_sigmas: float = 10.0  # 8-sigma single nights happen; 10 and 20% are a disaster
+    drastic_rel: float = 0.20
+    min_nights_after: int = 3  # the change night and two nights after it
+    pre_nights: int = 6  # nights before a change that must still scatter like the baseline
+    last_night_slack: float = 2.0  # sigmas the last night may stand beyond the other nights
+    local_nights: int = 14  # recent nights whose own scatter can raise sigma ...
+    variance_ratio: float = 1.6  # ... when it is this many times the baseline's
+    min_baseline: int = 10  # nights before a series is judged at all
+    lookback: int = 60  # nights Otava sees
+    window_len: int = 30  # Otava's sliding window
+    otava_pvalue: float = 0.05  # permissive: Otava locates, the noise test decides
+    recent: int = 7  # a change point further back than this is not news
+    locate_tolerance: int = 2  # nights between Otava's change point and the noise test's
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change that night ``alerted`` raises: the new level starts at night ``night``."""
+
+    night: int
+    alerted: int
+    before: float
+    after: float
+    worse: bool
+    z: float
+    drastic: bool = False
+
+    @property
+    def rel_change(self) -> float:
+        return self.after / self.before - 1.0 if self.before else math.inf
+
+    @property
+    def direction(self) -> str:
+        return "worse" if self.worse else "better"
+
+
+def noise_sigma(x: np.ndarray) -> float:
+    """Robust per-night sigma of a series (see the module doc); 0 for fewer than 4 nights."""
+    if len(x) < 4:
+        return 0.0
+    return 1.4826 * _mad(x)
+
+
+def _mad(v: np.ndarray) -> float:
+    return float(np.median(np.abs(v - np.median(v))))
+
+
+def autocorr_factor(residuals: np.ndarray) -> float:
+    """Variance inflation (1 + rho) / (1 - rho) for a mean of a few autocorrelated nights."""
+    if len(residuals) < 8 or not np.any(residuals):
+        return 1.0
+    r = residuals - residuals.mean()
+    rho = float(np.dot(r[:-1], r[1:]) / np.dot(r, r))
+    if rho < 2 / math.sqrt(len(r)):  # indistinguishable from independent nights
+        return 1.0
+    rho = min(rho, 0.8)
+    return (1 + rho) / (1 - rho)
+
+
+def clean_outliers(x: np.ndarray, sigma: float, k: float) -> np.ndarray:
+    """Replace each night that is more than ``k`` sigma off both its neighbours -- the median
+    of the three nights before it and the mean of the (up to) two after it, on the same side
+    -- by the mean of the two. The last night has no neighbour after it and is kept."""
+    out = x.copy()
+    n = len(x)
+    if sigma <= 0 or n < 3:
+        return out
+    padded = np.concatenate([np.full(2, x[0]), x])
+    left = np.median(np.lib.stride_tricks.sliding_window_view(padded, 3), axis=1)[:n]
+    nxt = np.concatenate([x[1:], [np.nan]])
+    nxt2 = np.concatenate([x[2:], [np.nan, np.nan]])
+    right = np.where(np.isnan(nxt2), nxt, (nxt + nxt2) / 2)
+    dl, dr = x - left, x - right
+    with np.errstate(invalid="ignore"):
+        mask = (np.abs(dl) > k * sigma) & (np.abs(dr) > k * sigma) & (dl * dr > 0)
+    mask[0] = mask[-1] = False
+    out[mask] = (left[mask] + right[mask]) / 2
+    return out
+
+
+def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | None = None,
+           settings: DetectorSettings | None = None) -> Change | None:
+    """The change, if any, that the last night of ``values`` (nights 0..t, NaN = no data)
+    raises, judging only nights from ``start`` on."""
+    s = settings or DetectorSettings()
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
+    arr = np.asarray(values, dtype=float)
+    t = len(arr) - 1
+    nights = np.flatnonzero(~np.isnan(arr))
+    nights = nights[nights >= start]
+    if len(nights) < s.min_baseline + 1 or nights[-1] != t:
+        return None
+    offset = max(0, len(nights) - 1 - s.lookback)
+    nights = nights[offset:]
+    seg = arr[nights]
+    n = len(seg)
+    sigma = _sigma(seg[:-1], binomial_n)
+    clean = clean_outliers(seg, sigma, s.outlier_sigmas)
+    higher_worse = direction == "higher_is_worse"
+
+    base = float(np.median(clean[:-1]))
+    sigma = max(sigma, abs(base) * 1e-4, 1e-12)
+    dev_last = (clean[-1] - base) / sigma
+    if abs(dev_last) > s.drastic_sigmas and base and abs(clean[-1] / base - 1) > s.drastic_rel:
+        return Change(int(nights[-1]), t, base, float(clean[-1]),
+                      worse=(dev_last > 0) == higher_worse, z=float(dev_last), drastic=True)
+
+    if binomial_n is None:
+        # the noise itself may have changed lately: night-to-night changes over the last
+        # nights (robust to one step among them) that scatter far more than the baseline's
+        local = 1.4826 * _mad(np.diff(seg[-s.local_nights:])) / math.sqrt(2)
+        if local > s.variance_ratio * sigma:
+            sigma = local
+    min_rel = s.min_sigmas * sigma / abs(base) if base else math.inf
+    if binomial_n is None:
+        min_rel = max(min_rel, s.min_rel_change)
+    ks = range(s.min_nights_after, min(s.recent, n - s.min_baseline) + 1)
+    if not _worth_a_look(clean, ks, sigma, s):
+        return None
+    # the evidence test with the change assumed k nights back: Otava (a few ms) runs only
+    # when one of them passes
+    passing = [(abs(found[2]), n - k, found) for k in ks
+               if (found := _evidence(clean, n - k, sigma, min_rel, s, raw=seg,
+                                      binomial_n=binomial_n)) is not None]
+    if not passing:
+        return None
+    # Otava decides whether and where the series changed; the noise test only refines the
+    # night (Otava's split can land a night or two off with so few nights after it)
+    # (Otava wants a list: given an ndarray it ignores the window bounds it slides over)
+    points, _ = compute_change_points(clean.tolist(), window_len=s.window_len,
+                                      max_pvalue=s.otava_pvalue, min_magnitude=min_rel)
+    located = {int(cp.index) for cp in points}
+    confirmed = [p for p in passing if any(abs(p[1] - i) <= s.locate_tolerance for i in located)]
+    if not confirmed:
+        return None
+    _, c, (before_level, after_mean, z) = max(confirmed, key=lambda p: p[0])
+    return Change(int(nights[c]), t, before_level, after_mean,
+                  worse=(z > 0) == higher_worse, z=z)
+
+
+def _worth_a_look(x: np.ndarray, ks: range, sigma: float, s: DetectorSettings) -> bool:
+    """A cheap, permissive first look: does the mean of the last k nights, for any k in
+    ``ks``, stand near ``z_alert`` standard errors off the level before all of them?"""
+    if not ks:
+        return False
+    before = x[:len(x) - ks[-1]]
+    if len(before) < 3:
+        return False
+    level = float(np.median(before))
+    factor = autocorr_factor(before - level)
+    tail = x[len(x) - ks[-1]:]
+    sums = np.cumsum(tail[::-1])
+    for k in ks:
+        se = sigma * math.sqrt(factor / k + 1.57 / len(before))
+        if abs(sums[k - 1] / k - level) >= 0.8 * s.z_alert * se:
+            return True
+    return False
+
+
+def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSettings,
+              lo: int = 0, raw: np.ndarray | None = None,
+              binomial_n: int | None = None) -> tuple[float, float, float] | None:
+    """(level before, mean after, z) when nights ``c..`` moved off the median of ``lo..c``
+    by ``z_alert`` standard errors and ``min_rel``, every one of them on the moved side, and
+    scattering around their own mean no more than the baseline noise allows; else None."""
+    before, after = x[lo:c], x[c:]
+    if len(before) < max(s.min_baseline // 2, 3) or len(after) < s.min_nights_after:
+        return None
+    level = float(np.median(before))
+    if not level:
+        return None
+    # nights that moved together: their scatter around their own mean is the baseline's
+    # (chi-square test, 95%); a change of variance alone scatters them instead. Judged on the
+    # nights as measured (cleaning would smooth the new scatter away), less, from four nights
+    # on, the one that overshoots the move most, so that one wild night does not hide a step.
+    # a share's binomial noise depends on its level: judge the nights after at theirs
+    sigma_after = sigma
+    if binomial_n:
+        p = min(max(float(np.mean(after)), 1.0 / binomial_n), 1 - 1.0 / binomial_n)
+        sigma_after = max(sigma, math.sqrt(p * (1 - p) / binomial_n))
+    measured = (raw if raw is not None else x)[c:]
+    if len(measured) >= 4:
+        up = float(np.median(measured)) > level
+        wildest = int(np.argmax(measured) if up else np.argmin(measured))
+        measured = np.delete(measured, wildest)  # only one that overshoots the move
+    scatter = float(np.sum((measured - measured.mean()) ** 2)) / sigma_after ** 2
+    if scatter > CHI2_95[len(measured) - 1]:
+        return None
+    # ... and the nights just before it were still the baseline: a run of nights on one side
+    # inside a stretch that already scatters wider is that wider noise, not a new level
+    pre = (raw if raw is not None else x)[max(lo, c - s.pre_nights):c]
+    if len(pre) >= 3 and float(np.sum((pre - pre.mean()) ** 2)) / sigma ** 2 > \
+            CHI2_99[len(pre) - 1]:
+        return None
+    # the last night has no night after it to show it is not a wild one: it counts for no
+    # more than w sigmas beyond the other nights after the change
+    after = after.copy()
+    others = after[:-1]
+    w = s.last_night_slack * sigma
+    after[-1] = min(max(after[-1], others.min() - w), others.max() + w)
+    mean = float(after.mean())
+    factor = autocorr_factor(before - level)
+    se = math.sqrt(factor * sigma_after ** 2 / len(after) + 1.57 * sigma ** 2 / len(before))
+    z = (mean - level) / se
+    # sigma itself is estimated from the baseline: on a short one, ask for more
+    needed = s.z_alert * math.sqrt(1 + 8 / len(before))
+    if abs(z) < needed or abs(mean / level - 1) < min_rel:
+        return None
+    if not (np.all(measured > level) or np.all(measured < level)):
+        return None
+    return level, mean, z
+
+
+def _sigma(x: np.ndarray, binomial_n: int | None) -> float:
+    if binomial_n:
+        p = float(np.clip(np.median(x), 1.0 / binomial_n, 1 - 1.0 / binomial_n))
+        return math.sqrt(p * (1 - p) / binomial_n)
+    return noise_sigma(x)

@@ -1,0 +1,174 @@
+"""What one night raises, from the committed history: the rows of the ``regressions`` table.
+
+- **regression / improvement**: a change point in a series (``trends.detect``), judged on the
+  nights up to this one, its baseline starting after the last change already alerted for that
+  series (or an annotation), so each change is raised once;
+- **newly_failing**: a cell that was ``ok`` the night before and is not now (with its reason);
+- **gate_failure**: a variant the quality gate failed tonight.
+
+Each regression or improvement is **attributed**: the provenance of the night before the change
+and of the change night is compared (engine version, launch args, model file, sampling, hardware
+and CPU features, suite git sha, sweep) and what changed is named -- or, when nothing recorded
+changed, it says so (the host or noise). Alerts that share a change night, a kind and a cause are
+one **finding** (an engine upgrade that slows 40 series is one regression, not 40).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Iterable
+
+import numpy as np
+import pandas as pd
+
+from servebench.results.store import ResultStore
+from servebench.trends.annotations import Annotation, reset_night
+from servebench.trends.detect import DetectorSettings, detect
+from servebench.trends.series import CELL_KEY, build_series, nightly_runs, series_id
+
+log = logging.getLogger(__name__)
+
+CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "sampling_hash",
+                   "hardware")
+RUN_PROVENANCE = ("suite_git_sha", "sweep_hash")
+NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"
+
+
+def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
+                 settings: DetectorSettings | None = None) -> list[dict]:
+    """Rows for the ``regressions`` table of committed run ``run_id``."""
+    all_runs = store.read_table("runs").to_pandas()
+    this = all_runs[all_runs["run_id"] == run_id]
+    if this.empty:
+        raise ValueError(f"run {run_id!r} is not committed")
+    this = this.iloc[0]
+    runs = nightly_runs(all_runs, this["sweep_name"], this["dag_id"])
+    tonight = int(runs.loc[runs["run_id"] == run_id, "night"].iloc[0])
+    runs = runs[runs["night"] <= tonight]  # a re-run of an old night sees only its past
+    run_ids = runs["run_id"].tolist()
+    cells = store.read_table("cells", run_ids=run_ids).to_pandas()
+    evals = store.read_table("evals", run_ids=run_ids,
+                             columns=["run_id", "target", "variant", "golden_set"]).to_pandas()
+    sizes = evals.groupby(["run_id", "target", "variant", "golden_set"]).size().to_dict()
+    series = build_series(cells, runs, sizes)
+    earlier = store.read_table("regressions", run_ids=run_ids[:-1]).to_pandas()
+    night_of = dict(zip(runs["run_id"], runs["night"], strict=True))
+    alerted = (earlier[earlier["kind"].isin(["regression", "improvement"])]
+               .assign(night=lambda f: f["change_run_id"].map(night_of))
+               .groupby("series_id")["night"].max().to_dict())
+    dates = runs["run_date"].tolist()
+    annotations = list(annotations)
+
+    rows: list[dict] = []
+    for sid, group in series.groupby("series_id", sort=True):
+        if group["night"].iloc[-1] != tonight:
+            continue  # no ok value tonight: nothing to judge (newly_failing says why)
+        first = group.iloc[-1].to_dict()
+        values = np.full(tonight + 1, np.nan)
+        values[group["night"].to_numpy(dtype=int)] = group["value"].to_numpy(dtype=float)
+        start = max(int(alerted.get(sid, 0)),
+                    reset_night(annotations, first, dates))
+        n = group["binomial_n"].dropna()
+        change = detect(values, first["direction"], start=start,
+                        binomial_n=int(n.iloc[-1]) if len(n) else None, settings=settings)
+        if change is None:
+            continue
+        rows.append({
+            "series_id": sid, **_where(first), "metric": first["metric"],
+            "kind": "regression" if change.worse else "improvement",
+            "before": change.before, "after": change.after,
+            "change_pct": 100 * change.rel_change if math.isfinite(change.rel_change) else None,
+            "z": change.z, "drastic": change.drastic,
+            "change_date": runs["run_date"].iloc[change.night],
+            "change_run_id": runs["run_id"].iloc[change.night],
+            "nights_since": tonight - change.night + 1,
+            "cause": _cause(cells, runs, first, change.night),
+        })
+    rows += _newly_failing(cells, runs, tonight)
+    rows += _gate_failures(cells, run_id)
+    _group(rows)
+    log.info("detect %s: %d alerts (%s)", run_id, len(rows),
+             pd.Series([r["kind"] for r in rows], dtype=str).value_counts().to_dict())
+    return rows
+
+
+def _where(row: dict) -> dict:
+    return {k: row.get(k) for k in ("target", "stack", "variant", "workload", "load_point")}
+
+
+def _cell_at(cells: pd.DataFrame, run_id: str, row: dict) -> dict | None:
+    keys = ["target", "stack", "variant"] + (
+        ["workload", "load_point"] if row.get("workload") else [])
+    mask = cells["run_id"] == run_id
+    for key in keys:
+        mask &= cells[key] == row[key]
+    found = cells[mask]
+    return found.iloc[0].to_dict() if not found.empty else None
+
+
+def _cause(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int) -> str:
+    """What the recorded provenance says changed between the night before ``night`` and it."""
+    if night == 0:
+        return NOTHING_CHANGED
+    before_run, after_run = runs.iloc[night - 1], runs.iloc[night]
+    before = _cell_at(cells, before_run["run_id"], row) or {}
+    after = _cell_at(cells, after_run["run_id"], row) or {}
+    changes = []
+    pairs = [(key, before.get(key), after.get(key)) for key in CELL_PROVENANCE]
+    pairs += [(key, before_run.get(key), after_run.get(key)) for key in RUN_PROVENANCE]
+    for key, a, b in pairs:
+        if not _missing(a) and not _missing(b) and a != b:
+            changes.append(f"{key} {_short(a)} -> {_short(b)}")
+    return "; ".join(changes) if changes else NOTHING_CHANGED
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _short(value) -> str:
+    text = str(value)
+    if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
+        return text[:12]  # a hash
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _newly_failing(cells: pd.DataFrame, runs: pd.DataFrame, tonight: int) -> list[dict]:
+    if tonight == 0:
+        return []
+    now = cells[cells["run_id"] == runs["run_id"].iloc[tonight]]
+    before = cells[cells["run_id"] == runs["run_id"].iloc[tonight - 1]]
+    was_ok = {tuple(r[k] for k in CELL_KEY) for r in before[before["status"] == "ok"]
+              .to_dict("records")}
+    rows = []
+    for cell in now[now["status"] != "ok"].to_dict("records"):
+        if tuple(cell[k] for k in CELL_KEY) not in was_ok:
+            continue
+        rows.append({"series_id": series_id(cell, "status"), **_where(cell),
+                     "metric": "status", "kind": "newly_failing",
+                     "change_date": runs["run_date"].iloc[tonight],
+                     "change_run_id": runs["run_id"].iloc[tonight], "nights_since": 1,
+                     "reason": f"{cell['status']}: {cell.get('reason')}",
+                     "cause": _cause(cells, runs, cell, tonight)})
+    return rows
+
+
+def _gate_failures(cells: pd.DataFrame, run_id: str) -> list[dict]:
+    now = cells[(cells["run_id"] == run_id) & (cells["gate_verdict"] == "fail")]
+    rows = []
+    for cell in now.drop_duplicates(["target", "variant"]).to_dict("records"):
+        where = {**_where(cell), "workload": None, "load_point": None}
+        rows.append({"series_id": series_id({**cell, **where}, "gate"), **where,
+                     "metric": "accuracy", "kind": "gate_failure", "after": cell.get("accuracy"),
+                     "change_date": cell.get("run_date"), "change_run_id": run_id,
+                     "nights_since": 1, "reason": cell.get("gate_reason")})
+    return rows
+
+
+def _group(rows: list[dict]) -> None:
+    """Set ``finding``: one id per (kind, change night, cause)."""
+    for row in rows:
+        key = f"{row['kind']}|{row.get('change_run_id')}|{row.get('cause')}"
+        row["finding"] = hashlib.sha256(key.encode()).hexdigest()[:10]

@@ -1,0 +1,126 @@
+"""Nightly series from the result history: one per (target, stack, variant, model file,
+workload, load point, hardware, metric), over the committed runs of one sweep, in run order.
+
+Only ``ok`` cells enter a series (a night whose cell is invalid or failed has no value there;
+that cell is an alert of its own kind, ``newly_failing``). Accuracy is a property of the
+variant, not of a cell: its series is per (target, stack, variant, model file, hardware,
+golden set), with the golden-set size for binomial noise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pandas as pd
+
+from servebench.trends.detect import Direction
+
+
+@dataclass(frozen=True)
+class Metric:
+    column: str
+    direction: Direction
+    label: str
+
+
+# what a nightly series can be made of, and which way is worse
+METRICS: tuple[Metric, ...] = (
+    Metric("ttft_ms_p50", "higher_is_worse", "TTFT p50"),
+    Metric("ttft_ms_p95", "higher_is_worse", "TTFT p95"),
+    Metric("tpot_ms_p50", "higher_is_worse", "TPOT p50"),
+    Metric("tpot_ms_p95", "higher_is_worse", "TPOT p95"),
+    Metric("itl_ms_p95", "higher_is_worse", "ITL p95"),
+    Metric("e2e_ms_p95", "higher_is_worse", "E2E p95"),
+    Metric("output_throughput", "lower_is_worse", "output tok/s"),
+    Metric("goodput", "lower_is_worse", "goodput"),
+    Metric("cost_per_1m_output_tokens", "higher_is_worse", "cost per 1M tokens"),
+    Metric("prefix_cache_hit_rate", "lower_is_worse", "prefix-cache hit rate"),
+)
+ACCURACY = Metric("accuracy", "lower_is_worse", "golden-set accuracy")
+BY_COLUMN = {m.column: m for m in (*METRICS, ACCURACY)}
+
+CELL_KEY = ("target", "stack", "variant", "model_file_sha256", "workload", "load_point",
+            "hardware")
+VARIANT_KEY = ("target", "stack", "variant", "model_file_sha256", "hardware", "golden_set")
+
+
+def metric_label(metric: str) -> str:
+    """``TTFT p95`` for ``ttft_ms_p95``; the column name for anything else."""
+    found = BY_COLUMN.get(metric)
+    return found.label if found else metric
+
+
+SERIES_COLUMNS = ["series_id", "metric", "direction", "night", "date", "value", "binomial_n",
+                  "run_id", "target", "stack", "variant", "workload", "load_point"]
+
+
+def series_id(row: dict | pd.Series, metric: str) -> str:
+    """``target/variant/workload/load_point/metric#hash`` (hash of stack, model file and
+    hardware, which split a series without being worth reading)."""
+    where = "/".join(str(row.get(k) or "*") for k in ("target", "variant", "workload",
+                                                          "load_point"))
+    hidden = "|".join(str(row.get(k)) for k in ("stack", "model_file_sha256", "hardware"))
+    return f"{where}/{metric}#{hashlib.sha256(hidden.encode()).hexdigest()[:8]}"
+
+
+def nightly_runs(runs: pd.DataFrame, sweep_name: str, dag_id: str | None = None) -> pd.DataFrame:
+    """The committed runs of one sweep (and DAG), oldest first, numbered as nights 0..n-1."""
+    picked = runs[runs["sweep_name"] == sweep_name]
+    if dag_id is not None:
+        picked = picked[picked["dag_id"] == dag_id]
+    order = ["logical_date", "finished_at", "run_id"]
+    picked = picked.sort_values([c for c in order if c in picked.columns]).reset_index(drop=True)
+    return picked.assign(night=range(len(picked)))
+
+
+def build_series(cells: pd.DataFrame, runs: pd.DataFrame,
+                 golden_sizes: dict[tuple[str, str, str, str], int] | None = None) -> pd.DataFrame:
+    """Long-format series (SERIES_COLUMNS) from ``cells`` of the runs in ``runs`` (which
+    carries ``night``); ``golden_sizes`` maps (run_id, target, variant, golden_set) to the
+    number of items answered, for the accuracy series' binomial noise."""
+    nights = runs.set_index("run_id")[["night", "run_date"]]
+    ok = cells[(cells["status"] == "ok") & cells["run_id"].isin(nights.index)]
+    frames = []
+    for metric in METRICS:
+        if metric.column not in ok.columns:
+            continue
+        part = ok[ok[metric.column].notna()]
+        if part.empty:
+            continue
+        frames.append(_long(part, metric, metric.column, nights))
+    if "accuracy" in cells.columns:
+        # accuracy does not depend on the perf cell's status: one value per variant and night
+        acc = cells[cells["accuracy"].notna() & cells["run_id"].isin(nights.index)]
+        acc = acc.drop_duplicates(["run_id", *VARIANT_KEY]).assign(workload=None,
+                                                                   load_point=None)
+        if not acc.empty:
+            sizes = golden_sizes or {}
+            frame = _long(acc, ACCURACY, "accuracy", nights)
+            frame["binomial_n"] = [
+                sizes.get((r, t, v, g)) for r, t, v, g in
+                zip(acc["run_id"], acc["target"], acc["variant"], acc["golden_set"], strict=True)]
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    out = pd.concat(frames, ignore_index=True)
+    return out.sort_values(["series_id", "night"]).reset_index(drop=True)[SERIES_COLUMNS]
+
+
+def _long(part: pd.DataFrame, metric: Metric, column: str, nights: pd.DataFrame) -> pd.DataFrame:
+    records = part.to_dict("records")
+    return pd.DataFrame({
+        "series_id": [series_id(r, metric.column) for r in records],
+        "metric": metric.column,
+        "direction": metric.direction,
+        "night": nights.loc[part["run_id"], "night"].to_numpy(),
+        "date": nights.loc[part["run_id"], "run_date"].to_numpy(),
+        "value": part[column].astype(float).to_numpy(),
+        "binomial_n": None,
+        "run_id": part["run_id"].to_numpy(),
+        "target": part["target"].to_numpy(),
+        "stack": part["stack"].to_numpy(),
+        "variant": part["variant"].to_numpy(),
+        "workload": part["workload"].to_numpy(),
+        "load_point": part["load_point"].to_numpy(),
+    })

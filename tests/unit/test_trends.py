@@ -1,0 +1,110 @@
+"""The nightly change-point detector and its replay: steps alert once, with their direction;
+a single wild night, a change of variance alone and plain noise do not."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from servebench.cli import main
+from servebench.trends.detect import clean_outliers, detect
+from servebench.trends.replay import (
+    HistoryError,
+    SeriesHistory,
+    read_history,
+    replay_series,
+)
+
+NIGHTS = 90
+
+
+def noise(seed, cv=0.01, level=100.0):
+    return level * (1 + cv * np.random.default_rng(seed).normal(size=NIGHTS))
+
+
+def alerts(values, direction="higher_is_worse", binomial_n=None):
+    return replay_series(SeriesHistory("s", direction, np.asarray(values), binomial_n))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_latency_step_up_is_one_worse_alert_at_its_night(seed):
+    x = noise(seed)
+    x[60:] *= 1.10
+    [alert] = alerts(x)
+    assert alert["direction"] == "worse"
+    assert abs(alert["night_flagged"] - 60) <= 1
+    assert 62 <= alert["night_alerted"] <= 63  # two nights after it, at the earliest
+
+
+def test_throughput_going_up_is_an_improvement():
+    x = noise(1)
+    x[50:] *= 1.10
+    [alert] = alerts(x, direction="lower_is_worse")
+    assert alert["direction"] == "better"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_one_wild_night_is_neither_an_alert_nor_a_change(seed):
+    x = noise(seed)
+    x[40] *= 1.08  # 8 sigma, one night
+    assert alerts(x) == []
+
+
+def test_a_change_of_variance_alone_rarely_alerts():
+    """Noise tripling for 40 nights makes runs of nights on one side; most must not read as a
+    new level. Measured: 11 of these 40 series alert with the scatter guards, 31 without."""
+    alerted = 0
+    for seed in range(40):
+        x = noise(seed)
+        rng = np.random.default_rng(100 + seed)
+        x[50:] = 100 * (1 + 0.03 * rng.normal(size=NIGHTS - 50))
+        alerted += bool([a for a in alerts(x) if a["night_flagged"] >= 50])
+    assert alerted <= 14, alerted
+
+
+def test_a_drastic_jump_alerts_the_same_morning():
+    x = noise(2)
+    x[70] *= 1.6
+    change = detect(x[:71], "higher_is_worse")
+    assert change is not None and change.drastic and change.night == 70 and change.worse
+
+
+def test_accuracy_uses_binomial_noise():
+    rng = np.random.default_rng(4)
+    acc = rng.binomial(200, 0.93, size=NIGHTS) / 200
+    assert alerts(acc, "lower_is_worse", binomial_n=200) == []
+    acc[55:] = rng.binomial(200, 0.83, size=NIGHTS - 55) / 200
+    [alert] = alerts(acc, "lower_is_worse", binomial_n=200)
+    assert alert["direction"] == "worse" and abs(alert["night_flagged"] - 55) <= 1
+
+
+def test_clean_outliers_keeps_steps_and_the_last_night():
+    x = np.array([100.0] * 10 + [150.0] + [100.0] * 5 + [130.0] * 3 + [170.0])
+    out = clean_outliers(x, sigma=1.0, k=3.5)
+    assert out[10] == 100.0  # the lone night is replaced
+    assert list(out[16:19]) == [130.0] * 3  # the step is kept
+    assert out[-1] == 170.0  # no night after it yet
+
+
+def test_replay_cli_writes_one_row_per_alert(tmp_path):
+    x = noise(3)
+    x[45:] *= 0.85
+    frame = pd.DataFrame({"series_id": "tput", "metric": "output_throughput",
+                          "direction": "lower_is_worse", "night": range(NIGHTS),
+                          "date": pd.date_range("2026-01-01", periods=NIGHTS).date, "value": x})
+    quiet = frame.assign(series_id="quiet", value=noise(9))
+    history = tmp_path / "history.parquet"
+    pd.concat([frame, quiet]).to_parquet(history, index=False)
+    out = tmp_path / "alerts.csv"
+    assert main(["trends", "replay", str(history), "--out", str(out)]) == 0
+    got = pd.read_csv(out)
+    assert list(got.columns) == ["series_id", "night_flagged", "night_alerted", "direction"]
+    assert got.to_dict("records") == [{"series_id": "tput", "night_flagged": 45,
+                                       "night_alerted": got["night_alerted"].iloc[0],
+                                       "direction": "worse"}]
+
+
+def test_history_with_a_bad_direction_names_the_file_and_column(tmp_path):
+    path = tmp_path / "h.parquet"
+    pd.DataFrame({"series_id": ["a"], "metric": ["m"], "direction": ["up"], "night": [0],
+                  "value": [1.0]}).to_parquet(path)
+    with pytest.raises(HistoryError, match=r"h\.parquet: column direction: unknown value"):
+        read_history(path)
