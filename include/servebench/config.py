@@ -125,6 +125,10 @@ class LoadPoints(_Strict):
     seed: int = 0
     warmup_requests: int = Field(2, ge=0)
     request_timeout_s: float = Field(120.0, gt=0)
+    max_error_rate: float = Field(
+        0.0, ge=0, lt=1,
+        description="share of measured requests that may fail in a cell that stays comparable "
+                    "(default: none)")
 
     @model_validator(mode="after")
     def _some_point(self) -> LoadPoints:

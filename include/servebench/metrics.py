@@ -35,6 +35,9 @@ Errors: ``n_errors = n_requests - n_ok``; ``error_rate = n_errors / n_requests``
 Validity (``invalid_reasons``; an empty list means the cell is valid and comparable):
 
 * no measured requests; all requests failed (with the most common error);
+* ``max_error_rate``: more of the measured requests failed than the sweep allows (default
+  none: the latencies of the requests that got through do not describe a server that was
+  failing the others);
 * successful requests that returned no generated text;
 * server usage missing (token counts then come from the client and cannot be verified);
 * ``exact_output_length``: server ``output_tokens != output_tokens_requested`` (the sampling spec
@@ -79,6 +82,7 @@ class ValidityChecks:
 
     exact_output_length: bool = False
     expected_model: str | None = None
+    max_error_rate: float = 0.0
     chunk_rel_tolerance: float | None = 0.1
     chunk_abs_tolerance: int = 1
     prompt_rel_tolerance: float | None = 0.1
@@ -264,6 +268,11 @@ def compute_cell_metrics(
     elif n_ok == 0:
         err, k = Counter((r.error or f"HTTP {r.http_status}") for r in recs).most_common(1)[0]
         reasons.append(f"all {n} requests failed; most common error ({k}x): {err}")
+    elif (n - n_ok) / n > checks.max_error_rate:
+        failed = [r for r in recs if not r.ok]
+        err, k = Counter((r.error or f"HTTP {r.http_status}") for r in failed).most_common(1)[0]
+        reasons.append(f"{n - n_ok}/{n} requests failed (error rate {(n - n_ok) / n:.3f} > "
+                       f"{checks.max_error_rate:g} allowed); most common error ({k}x): {err}")
     reasons += validity_reasons(recs, checks)
     if n and not duration > 0:
         reasons.append(f"measured window is empty or invalid (duration_s={duration})")

@@ -55,6 +55,10 @@ class Endpoint:
     argv: list[str] | None = None  # the launch command, for provenance
 
 
+def _first(text: str) -> str:
+    return text.splitlines()[0]  # the log tail stays in the task log
+
+
 def cell_id(target: str, variant: str, workload: str, point: LoadPoint) -> str:
     return f"{target}/{variant}/{workload}/{point.label}"
 
@@ -82,6 +86,7 @@ class VariantRunner:
         self.adapter: StackAdapter = get_stack(target.stack)
         self.hardware = hardware
         self.result = VariantResult()
+        self._server = None  # the server this runner launched, while it runs
 
     # -- rows -------------------------------------------------------------------------------
     def _base_row(self, workload: str, point: LoadPoint, argv: list[str] | None) -> dict:
@@ -141,12 +146,17 @@ class VariantRunner:
             log.exception("launch of %s failed", name)
             self._failed_cells(f"launch failed: {exc}", launch.argv)
             return self.result
+        self._server = server
         try:
             self._run_on(Endpoint(server.base_url, launch.served_model, self.adapter.chat_path,
                                   launch.metrics_path, argv=launch.argv))
         finally:
             self.provisioner.stop(server)
         return self.result
+
+    def _server_died(self) -> str | None:
+        """How the launched server ended, if it has (a hosted endpoint: never known)."""
+        return self.provisioner.exited(self._server) if self._server is not None else None
 
     def _tokenizer(self, endpoint: Endpoint) -> Tokenizer:
         if self.adapter.tokenize_path:  # the server's own tokenizer is the ground truth
@@ -172,6 +182,12 @@ class VariantRunner:
                 self._failed_cells(f"workload build failed: {exc}", endpoint.argv, [workload])
                 continue
             for point in self.spec.load.points():
+                died = self._server_died()
+                if died:  # nothing more can be measured on a dead port
+                    row = self._base_row(workload.name, point, endpoint.argv)
+                    row.update(status="failed", reason=f"the server had died: {_first(died)}")
+                    self.result.cells.append(row)
+                    continue
                 try:
                     self._run_cell(endpoint, workload.name, point, prompts)
                 except Exception as exc:  # one broken cell must not lose the others
@@ -180,7 +196,25 @@ class VariantRunner:
                     row = self._base_row(workload.name, point, endpoint.argv)
                     row.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
                     self.result.cells.append(row)
+                    continue
+                died = self._server_died()
+                if died:  # it died under this cell: say so, whatever the requests showed
+                    row = self.result.cells[-1]
+                    row.update(status="failed" if not row.get("n_ok") else "invalid",
+                               reason="; ".join(filter(None, [
+                                   f"the server died during the cell: {_first(died)}",
+                                   row.get("reason")])))
+                    log.error("server of %s died: %s", self.variant.name, died)
+        died = self._server_died()
+        if died:
+            self._without_quality(f"the server had died: {_first(died)}")
+            return
         self._run_golden(endpoint)
+        died = self._server_died()
+        if died:  # the answers it could not give are not the variant's accuracy
+            for row in self.result.cells:
+                row.update(accuracy=None, golden_set=None)
+            self._without_quality(f"the server died during the golden set: {_first(died)}")
 
     def _run_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
                   prompts) -> None:
@@ -217,6 +251,7 @@ class VariantRunner:
             slo=Slo(self.spec.slos.ttft_ms, self.spec.slos.tpot_ms, self.spec.slos.e2e_ms),
             checks=ValidityChecks(
                 exact_output_length=True,
+                max_error_rate=self.spec.load.max_error_rate,
                 expected_model=endpoint.served_model,
                 prompt_abs_tolerance=max(p.template_slack for p in items),
                 # usage vs streamed chunks only where every forced token streams as text

@@ -12,7 +12,6 @@ import sys
 import textwrap
 
 import pytest
-
 from servebench.cli import main as cli_main
 from servebench.config import load_sweep, parse_sweep
 from servebench.settings import PROJECT_ROOT, Settings

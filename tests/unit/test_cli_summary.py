@@ -4,7 +4,6 @@ ok exits 1 and names each one with its reason; a clean run exits 0."""
 import datetime as dt
 
 import pytest
-
 from servebench.cli import main
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore

@@ -81,7 +81,12 @@ def test_throughput_counts_successes_over_window() -> None:
     assert m.output_throughput == pytest.approx(6.0)         # 12 tokens / 2 s
     assert m.total_throughput == pytest.approx(46.0)         # (12 + 80) / 2 s
     assert m.output_tokens_mean == pytest.approx(3.0)
-    assert m.valid, m.invalid_reasons                        # errors are data, not invalidity
+    # errors are data, and by default a cell with any is not comparable: it says how many
+    assert m.invalid_reasons == ["1/5 requests failed (error rate 0.200 > 0 allowed); most "
+                                 "common error (1x): HTTPStatusError: 503"]
+    allowed = compute_cell_metrics([*ok, bad], window=(T0, T0 + 2.0),
+                                   checks=ValidityChecks(max_error_rate=0.2))
+    assert allowed.valid, allowed.invalid_reasons
 
 
 def test_default_window_from_records_and_warmup_ignored() -> None:
@@ -170,3 +175,26 @@ def test_as_row_is_flat() -> None:
         assert key in row
     assert isinstance(row["invalid_reasons"], list)
     assert all(not isinstance(v, dict) for v in row.values())
+
+
+def test_failed_requests_beyond_the_bound_make_the_cell_invalid_with_the_count():
+    from servebench.loadgen.records import RequestRecord
+    from servebench.metrics import ValidityChecks, compute_cell_metrics
+
+    def rec(i, ok):
+        r = RequestRecord(request_id=str(i), cell_id="c", scheduled_at=100.0 + i,
+                          sent_at=100.0 + i)
+        if ok:
+            r.first_chunk_at, r.done_at, r.http_status = 100.1 + i, 100.5 + i, 200
+            r.output_tokens, r.chunk_times, r.chunk_tokens = 2, [100.1 + i, 100.5 + i], [1, 1]
+        else:
+            r.done_at, r.error = 100.2 + i, "ConnectError: connection refused"
+        return r
+
+    records = [rec(i, i < 62) for i in range(100)]
+    strict = compute_cell_metrics(records, checks=ValidityChecks())
+    assert [r for r in strict.invalid_reasons if "requests failed" in r] == [
+        "38/100 requests failed (error rate 0.380 > 0 allowed); most common error (38x): "
+        "ConnectError: connection refused"]
+    lenient = compute_cell_metrics(records, checks=ValidityChecks(max_error_rate=0.4))
+    assert not [r for r in lenient.invalid_reasons if "requests failed" in r]

@@ -134,7 +134,7 @@ class LocalProvisioner:
         proc = self._procs.get(server.pid)
         if proc is None or proc.poll() is None:
             return None
-        return f"{server.name} {describe_exit(proc.returncode)}; log tail:\n" \
+        return f"{server.name} {describe_exit(proc.returncode)}\nlog tail:\n" \
                f"{_log_tail(server.log_path)}"
 
     def stop(self, server: RunningServer, grace_s: float = 10.0) -> None:

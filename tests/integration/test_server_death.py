@@ -1,0 +1,66 @@
+"""A llama-server killed (SIGKILL) while its variant runs: nothing it measured after that is
+stored as ok, the cells say how it died, the rest of the variant is not run against a dead
+port, and the golden set gives no accuracy number. Real server, real signal (needs `make setup`).
+"""
+
+import json
+import os
+import signal
+import threading
+import time
+
+import pytest
+import yaml
+
+from servebench.config import parse_sweep
+from servebench.provenance import hardware
+from servebench.provision.local import LocalProvisioner
+from servebench.runner import VariantRunner
+from servebench.settings import PROJECT_ROOT, get_settings
+
+pytestmark = pytest.mark.integration
+
+
+def _spec():
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["workloads"] = [{"kind": "fixed", "name": "fixed", "input_tokens": 64,
+                          "output_tokens": 32, "num_requests": 400}]
+    data["load"]["concurrency"] = [1, 2]
+    data["cross_stack"] = []
+    data["targets"] = [{
+        "name": "llama", "stack": "llama_cpp", "golden_sets": ["addition"],
+        "variants": [{"name": "v", "model": "build/models/adder-3m-q8_0.gguf", "quant": "q8_0",
+                      "max_num_seqs": 2, "max_model_len": 512, "threads": 1}],
+    }]
+    return parse_sweep(data, "test")
+
+
+def _kill_when_serving(state_dir, after_s):
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        files = list(state_dir.glob("*.server.json"))
+        if files:
+            pid = json.loads(files[0].read_text())["pid"]
+            time.sleep(after_s)
+            os.killpg(pid, signal.SIGKILL)
+            return
+        time.sleep(0.05)
+
+
+def test_a_server_killed_mid_run_fails_its_cells_with_the_signal(tmp_path):
+    spec = _spec()
+    target = spec.targets[0]
+    killer = threading.Thread(target=_kill_when_serving, args=(tmp_path, 3.0), daemon=True)
+    killer.start()
+    runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
+                           provisioner=LocalProvisioner(tmp_path), hardware=hardware())
+    result = runner.run()
+    killer.join(timeout=5)
+    assert len(result.cells) == 2
+    assert all(c["status"] != "ok" for c in result.cells), [c["status"] for c in result.cells]
+    reasons = " | ".join(c["reason"] for c in result.cells)
+    assert "llama--v killed by SIGKILL (-9)" in reasons and "log tail" not in reasons
+    assert result.cells[1]["status"] == "failed"  # never run against the dead port
+    assert "the server had died" in result.cells[1]["reason"]
+    assert result.evals == [] and all(c.get("accuracy") is None for c in result.cells)
+    assert not list(tmp_path.glob("*.server.json"))
