@@ -47,18 +47,32 @@ def open_store(settings: Settings) -> ResultStore:
     return ResultStore(settings.results_uri, endpoint_override=endpoint, session=session)
 
 
-def _aws_session(conn_id: str):
-    """(boto3 session, endpoint_url) from an Airflow AWS connection, or (None, None)."""
+def _airflow_connection(conn_id: str):
+    """The Airflow connection ``conn_id``, or None where Airflow is not installed or the
+    connection is not defined. Any other failure to read it (a broken secrets backend, a
+    malformed connection) is raised: falling back to other credentials, or to no Slack, must
+    never hide it."""
     try:
         from airflow.sdk import BaseHook
+        from airflow.sdk.exceptions import AirflowNotFoundException
+    except ImportError:
+        return None
+    try:
+        return BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        log.info("no Airflow connection %r", conn_id)
+        return None
 
-        BaseHook.get_connection(conn_id)  # absent: fall back to the default chain, quietly
-        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
 
-        hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
-        return hook.get_session(), hook.conn_config.endpoint_url
-    except Exception:  # no Airflow here, or no such connection
+def _aws_session(conn_id: str):
+    """(boto3 session, endpoint_url) from an Airflow AWS connection, or (None, None) when it is
+    not defined (then boto3's default chain is used)."""
+    if _airflow_connection(conn_id) is None:
         return None, None
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    hook = AwsBaseHook(aws_conn_id=conn_id, client_type="s3")
+    return hook.get_session(), hook.conn_config.endpoint_url
 
 
 # -- plan ------------------------------------------------------------------------------------
@@ -267,14 +281,39 @@ def _slack_credentials(settings: Settings) -> tuple[str | None, str | None]:
     base_url = os.environ.get("SERVEBENCH_SLACK_BASE_URL")
     if token:
         return token, base_url
-    try:
-        from airflow.sdk import BaseHook
-
-        conn = BaseHook.get_connection(settings.slack_conn_id)
-    except Exception:  # no Airflow, or no such connection: the digest goes to a file
+    conn = _airflow_connection(settings.slack_conn_id)
+    if conn is None:  # the digest goes to a file
         return None, None
     extra = conn.extra_dejson or {}
     return conn.password or None, extra.get("base_url") or base_url
+
+
+def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressions) -> dict:
+    """PNG charts beside the digest: one per regression or improvement, one latency-vs-
+    throughput per target. Returns {series_id or "target:<name>": path relative to the
+    digest's folder}."""
+    import hashlib
+
+    from servebench.notify.charts import latency_throughput_chart, trend_chart
+    from servebench.trends.nightly import load_history
+
+    folder = f"charts-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
+    charts: dict[str, str] = {}
+    for i, target in enumerate(dict.fromkeys(cells["target"])):
+        png = latency_throughput_chart(cells, target)
+        if png is not None:
+            rel = f"{folder}/target-{i}.png"
+            store.put_bytes(f"digests/date={run_date}/{rel}", png)
+            charts[f"target:{target}"] = rel
+    moved = regressions[regressions["kind"].isin(["regression", "improvement"])]
+    if not moved.empty:
+        _, _, series = load_history(store, run_id)
+        for i, alert in enumerate(moved.to_dict("records")):
+            points = series[series["series_id"] == alert["series_id"]]
+            rel = f"{folder}/change-{i}.png"
+            store.put_bytes(f"digests/date={run_date}/{rel}", trend_chart(points, alert))
+            charts[alert["series_id"]] = rel
+    return charts
 
 
 def send_digest(summary: dict, settings: Settings | None = None) -> str:
@@ -286,7 +325,8 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
     cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
     run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
     regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
-    markdown = render_digest(cells, run, settings.results_uri, regressions)
+    charts = _draw_charts(store, run_id, summary["run_date"], cells, regressions)
+    markdown = render_digest(cells, run, settings.results_uri, regressions, charts)
     where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
                            markdown)
     token, base_url = _slack_credentials(settings)

@@ -108,3 +108,24 @@ def test_the_digest_leads_with_the_regression(history):
     assert "**TTFT p95 +" in text and "`t / q4 / w / c1`" in text
     assert "cause: engine_version b1 -> b2" in text
     assert text.index("## Regressions") < text.index("## t")
+
+
+def test_the_digest_file_links_a_chart_of_each_change(history, monkeypatch):
+    import re
+    from pathlib import Path
+
+    from servebench.pipeline import send_digest
+
+    store, summaries, _ = history
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    alerts = store.read_table("regressions").to_pandas()
+    run_id = alerts[alerts["kind"] == "regression"].iloc[0]["run_id"]
+    summary = next(s for s in summaries if s["run_id"] == run_id)
+    where = send_digest(summary)
+    digest = Path(where.split(" and ")[0])
+    text = digest.read_text()
+    [chart] = re.findall(r"\(\[chart\]\(([^)]+)\)\)", text)
+    [target_chart] = re.findall(r"!\[t: latency vs throughput\]\(([^)]+)\)", text)
+    for rel in (chart, target_chart):
+        png = (digest.parent / rel).read_bytes()
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000

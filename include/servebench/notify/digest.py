@@ -203,9 +203,15 @@ def _alert_line(r: dict) -> str:
             f"{drastic}")
 
 
-def regression_lines(regressions: pd.DataFrame) -> list[str]:
+def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = None) -> list[str]:
     """Markdown for the night's alerts, regressions first, grouped into findings (alerts with
-    one change night, kind and cause) with the cause said once."""
+    one change night, kind and cause) with the cause said once, each linking its chart."""
+    charts = charts or {}
+
+    def line(r: dict) -> str:
+        chart = charts.get(r.get("series_id"))
+        return _alert_line(r) + (f" ([chart]({chart}))" if chart else "")
+
     titled = [kind for kind, _ in KIND_TITLES]
     if regressions is None or not regressions["kind"].isin(titled).any():
         return ["", "## Since the nights before", "",
@@ -220,21 +226,24 @@ def regression_lines(regressions: pd.DataFrame) -> list[str]:
             records = finding.to_dict("records")
             cause = fmt_text(records[0].get("cause"))
             if len(records) == 1:
-                out.append(f"- {_alert_line(records[0])}; cause: {cause}")
+                out.append(f"- {line(records[0])}; cause: {cause}")
                 continue
             out.append(f"- **{len(records)} series** changed on "
                        f"{fmt_text(records[0].get('change_date'))}; cause: {cause}")
-            out += [f"  - {_alert_line(r)}" for r in records]
+            out += [f"  - {line(r)}" for r in records]
     return out
 
 
 def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
-                  regressions: pd.DataFrame | None = None) -> str:
+                  regressions: pd.DataFrame | None = None,
+                  charts: dict[str, str] | None = None) -> str:
     """Markdown digest of one run: header, what changed since the nights before (when the
-    detect task ran), a table per target, then invalid/failed cells."""
+    detect task ran), a table per target, then invalid/failed cells. ``charts`` maps a
+    series_id or ``target:<name>`` to a PNG beside the digest."""
+    charts = charts or {}
     out = _header(run, cells, results_uri)
     if regressions is not None:
-        out += regression_lines(regressions)
+        out += regression_lines(regressions, charts)
     records = _records(cells)
     if not records:
         return "\n".join(out + ["", "_No cells in this run._"]) + "\n"
@@ -250,6 +259,8 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         )
         out += ["", f"## {target}" + (f" ({about})" if about else ""), "",
                 _render(DIGEST_COLUMNS, rows, markdown=True)]
+        if f"target:{target}" in charts:
+            out += ["", f"![{target}: latency vs throughput]({charts[f'target:{target}']})"]
     gates = gate_lines(cells)
     if gates:
         out += ["", "## Quality gate", ""] + [f"- {line}" for line in gates]

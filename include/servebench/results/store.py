@@ -191,15 +191,18 @@ class ResultStore:
             self._fs.delete_dir(path)
 
     def _write_text(self, path: str, text: str) -> None:
+        self._write_bytes(path, text.encode())
+
+    def _write_bytes(self, path: str, data: bytes) -> None:
         self._ensure_parent(path)
         if self._local:  # write-then-rename so a reader never sees a half-written manifest
             tmp = f"{path.rsplit('/', 1)[0]}/.{uuid.uuid4().hex}.tmp"
             with self._fs.open_output_stream(tmp) as f:
-                f.write(text.encode())
+                f.write(data)
             self._fs.move(tmp, path)
         else:  # a single S3 PUT is atomic
             with self._fs.open_output_stream(path) as f:
-                f.write(text.encode())
+                f.write(data)
 
     # ---- manifests ---------------------------------------------------------------------
     def committed_run_ids(self) -> list[str]:
@@ -348,8 +351,12 @@ class ResultStore:
     # ---- side files (digests, reports) ---------------------------------------------------
     def put_text(self, rel_path: str, text: str) -> str:
         """Write a text file under the store root (atomically); returns its URI."""
+        return self.put_bytes(rel_path, text.encode())
+
+    def put_bytes(self, rel_path: str, data: bytes) -> str:
+        """Write a file (a chart, say) under the store root (atomically); returns its URI."""
         path = self._path(rel_path)
-        self._write_text(path, text)
+        self._write_bytes(path, data)
         return f"{self._scheme}{path}"
 
     def find(self, rel_dir: str) -> list[str]:

@@ -39,20 +39,9 @@ NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"
 def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
                  settings: DetectorSettings | None = None) -> list[dict]:
     """Rows for the ``regressions`` table of committed run ``run_id``."""
-    all_runs = store.read_table("runs").to_pandas()
-    this = all_runs[all_runs["run_id"] == run_id]
-    if this.empty:
-        raise ValueError(f"run {run_id!r} is not committed")
-    this = this.iloc[0]
-    runs = nightly_runs(all_runs, this["sweep_name"], this["dag_id"])
-    tonight = int(runs.loc[runs["run_id"] == run_id, "night"].iloc[0])
-    runs = runs[runs["night"] <= tonight]  # a re-run of an old night sees only its past
+    runs, cells, series = load_history(store, run_id)
+    tonight = int(runs["night"].iloc[-1])
     run_ids = runs["run_id"].tolist()
-    cells = store.read_table("cells", run_ids=run_ids).to_pandas()
-    evals = store.read_table("evals", run_ids=run_ids,
-                             columns=["run_id", "target", "variant", "golden_set"]).to_pandas()
-    sizes = evals.groupby(["run_id", "target", "variant", "golden_set"]).size().to_dict()
-    series = build_series(cells, runs, sizes)
     earlier = store.read_table("regressions", run_ids=run_ids[:-1]).to_pandas()
     night_of = dict(zip(runs["run_id"], runs["night"], strict=True))
     alerted = (earlier[earlier["kind"].isin(["regression", "improvement"])]
@@ -92,6 +81,26 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
     log.info("detect %s: %d alerts (%s)", run_id, len(rows),
              pd.Series([r["kind"] for r in rows], dtype=str).value_counts().to_dict())
     return rows
+
+
+def load_history(store: ResultStore, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                          pd.DataFrame]:
+    """(runs, cells, series) of the nights of ``run_id``'s sweep and DAG up to it, numbered
+    0..tonight: what the detector judges, and what the digest's charts draw."""
+    all_runs = store.read_table("runs").to_pandas()
+    this = all_runs[all_runs["run_id"] == run_id]
+    if this.empty:
+        raise ValueError(f"run {run_id!r} is not committed")
+    this = this.iloc[0]
+    runs = nightly_runs(all_runs, this["sweep_name"], this["dag_id"])
+    tonight = int(runs.loc[runs["run_id"] == run_id, "night"].iloc[0])
+    runs = runs[runs["night"] <= tonight]  # a re-run of an old night sees only its past
+    run_ids = runs["run_id"].tolist()
+    cells = store.read_table("cells", run_ids=run_ids).to_pandas()
+    evals = store.read_table("evals", run_ids=run_ids,
+                             columns=["run_id", "target", "variant", "golden_set"]).to_pandas()
+    sizes = evals.groupby(["run_id", "target", "variant", "golden_set"]).size().to_dict()
+    return runs, cells, build_series(cells, runs, sizes)
 
 
 def _where(row: dict) -> dict:
