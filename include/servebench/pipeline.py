@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+from slack_sdk.errors import SlackApiError, SlackClientError
 
 from servebench.config import SpecError, SweepSpec, load_sweep
 from servebench.evals.gate import cross_stack_columns, gate_columns
@@ -288,10 +289,10 @@ def _slack_credentials(settings: Settings) -> tuple[str | None, str | None]:
     return conn.password or None, extra.get("base_url") or base_url
 
 
-def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressions) -> dict:
+def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressions):
     """PNG charts beside the digest: one per regression or improvement, one latency-vs-
-    throughput per target. Returns {series_id or "target:<name>": path relative to the
-    digest's folder}."""
+    throughput per target. Returns ({series_id or "target:<name>": path relative to the
+    digest's folder}, [(title, filename, png)] for Slack's thread)."""
     import hashlib
 
     from servebench.notify.charts import latency_throughput_chart, trend_chart
@@ -299,21 +300,27 @@ def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressi
 
     folder = f"charts-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
     charts: dict[str, str] = {}
-    for i, target in enumerate(dict.fromkeys(cells["target"])):
-        png = latency_throughput_chart(cells, target)
-        if png is not None:
-            rel = f"{folder}/target-{i}.png"
-            store.put_bytes(f"digests/date={run_date}/{rel}", png)
-            charts[f"target:{target}"] = rel
+    files: list[tuple[str, str, bytes]] = []
+
+    def keep(key: str, name: str, title: str, png: bytes) -> None:
+        rel = f"{folder}/{name}"
+        store.put_bytes(f"digests/date={run_date}/{rel}", png)
+        charts[key] = rel
+        files.append((title, name, png))
+
     moved = regressions[regressions["kind"].isin(["regression", "improvement"])]
     if not moved.empty:
         _, _, series = load_history(store, run_id)
         for i, alert in enumerate(moved.to_dict("records")):
             points = series[series["series_id"] == alert["series_id"]]
-            rel = f"{folder}/change-{i}.png"
-            store.put_bytes(f"digests/date={run_date}/{rel}", trend_chart(points, alert))
-            charts[alert["series_id"]] = rel
-    return charts
+            keep(alert["series_id"], f"change-{i}.png",
+                 f"{alert['kind']}: {alert['series_id'].split('#')[0]}",
+                 trend_chart(points, alert))
+    for i, target in enumerate(dict.fromkeys(cells["target"])):
+        png = latency_throughput_chart(cells, target)
+        if png is not None:
+            keep(f"target:{target}", f"target-{i}.png", f"{target}: latency vs throughput", png)
+    return charts, files
 
 
 def send_digest(summary: dict, settings: Settings | None = None) -> str:
@@ -325,12 +332,19 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
     cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
     run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
     regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
-    charts = _draw_charts(store, run_id, summary["run_date"], cells, regressions)
+    charts, files = _draw_charts(store, run_id, summary["run_date"], cells, regressions)
     markdown = render_digest(cells, run, settings.results_uri, regressions, charts)
     where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
                            markdown)
     token, base_url = _slack_credentials(settings)
-    ts = post_digest(markdown, token=token, channel=settings.slack_channel, base_url=base_url)
+    try:
+        ts = post_digest(markdown, token=token, channel=settings.slack_channel,
+                         base_url=base_url, files=files)
+    except (SlackClientError, OSError) as exc:
+        # the night's results and digest file stand; a Slack outage must not fail the run
+        log.exception("posting the digest to Slack %s failed", settings.slack_channel)
+        reason = exc.response.get("error") if isinstance(exc, SlackApiError) else str(exc)
+        return where + f" (Slack {settings.slack_channel} failed: {reason})"
     if ts:
         where += f" and Slack {settings.slack_channel} (ts={ts})"
     log.info("digest: %s", where)

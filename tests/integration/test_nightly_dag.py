@@ -102,9 +102,14 @@ def test_prefix_cache_shows_on_shared_prefix(published):
 def test_servers_stopped_and_digest_written(published):
     _, store, tmp = published
     assert not list(Path(tmp / "runs").rglob("*.server.json"))
-    digests = store.find("digests")
+    files = store.find("digests")
+    digests = [f for f in files if f.endswith(".md")]
     assert len(digests) == 1
     text = Path(digests[0]).read_text()
+    # a latency-vs-throughput chart per target, linked from the digest
+    charts = [f for f in files if f.endswith(".png")]
+    assert len(charts) == 2
+    assert all(f"({Path(c).parent.name}/{Path(c).name})" in text for c in charts)
     assert "adder-llamacpp" in text and "adder-transformers" in text
     # a first night has no history to regress from; the gate still fails the harsh quant
     assert "No regressions, improvements or newly failing cells." in text

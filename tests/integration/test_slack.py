@@ -2,6 +2,7 @@
 import json
 import logging
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
@@ -21,22 +22,46 @@ TOKEN = "xoxb-secret-test-token-123"
 
 @pytest.fixture
 def slack_server():
+    """A local Slack Web API: chat.postMessage, the files_upload_v2 flow
+    (files.getUploadURLExternal -> POST to the upload URL -> files.completeUploadExternal), and
+    scripted failures: ``script`` holds (status, body, headers) answers used before the good one."""
     calls = []
+    script: list[tuple[int, dict, dict]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self):
-            raw = self.rfile.read(int(self.headers.get("Content-Length", 0))).decode()
-            if self.headers.get("Content-Type", "").startswith("application/json"):
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            ctype = self.headers.get("Content-Type", "")
+            if self.path.startswith("/upload/"):
+                body = {"bytes": len(raw)}
+            elif ctype.startswith("application/json"):
                 body = json.loads(raw)
             else:
-                body = {k: v[0] for k, v in parse_qs(raw).items()}
+                body = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
             calls.append({"path": self.path, "auth": self.headers.get("Authorization"),
-                          "body": body})
-            reply = json.dumps({"ok": True, "channel": "C1", "ts": f"1700000000.{len(calls):06d}"})
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
+                          "body": body, "at": time.monotonic()})
+            if script:
+                status, reply, headers = script.pop(0)
+            elif self.path.endswith("files.getUploadURLExternal"):
+                n = sum(c["path"].endswith("getUploadURLExternal") for c in calls)
+                host = f"http://127.0.0.1:{self.server.server_address[1]}"
+                status, reply, headers = 200, {"ok": True, "file_id": f"F{n}",
+                                               "upload_url": f"{host}/upload/F{n}"}, {}
+            elif self.path.startswith("/upload/"):
+                status, reply, headers = 200, None, {}
+            elif self.path.endswith("files.completeUploadExternal"):
+                files = body["files"] if isinstance(body["files"], list) else \
+                    json.loads(body["files"])
+                status, reply, headers = 200, {"ok": True, "files": [
+                    {"id": f["id"], "title": f["title"]} for f in files]}, {}
+            else:
+                status, reply, headers = 200, {"ok": True, "channel": "C1",
+                                               "ts": f"1700000000.{len(calls):06d}"}, {}
+            self.send_response(status)
+            for key, value in {"Content-Type": "application/json", **headers}.items():
+                self.send_header(key, value)
             self.end_headers()
-            self.wfile.write(reply.encode())
+            self.wfile.write(b"OK" if reply is None else json.dumps(reply).encode())
 
         def log_message(self, *args):
             pass
@@ -45,7 +70,7 @@ def slack_server():
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/api", calls
+        yield f"http://127.0.0.1:{server.server_address[1]}/api", calls, script
     finally:
         server.shutdown()
         server.server_close()
@@ -68,7 +93,7 @@ DIGEST = """# servebench digest: nightly (2025-03-01)
 
 
 def test_post_digest_sends_blocks_and_hides_token(slack_server, caplog):
-    url, calls = slack_server
+    url, calls, _ = slack_server
     caplog.set_level(logging.DEBUG)
     ts = post_digest(DIGEST, token=TOKEN, channel="#bench", base_url=url)
     assert ts == "1700000000.000001"
@@ -91,7 +116,7 @@ def test_post_digest_sends_blocks_and_hides_token(slack_server, caplog):
 
 
 def test_long_digest_splits_into_sections(slack_server):
-    url, calls = slack_server
+    url, calls, _ = slack_server
     rows = "\n".join(f"| v{i:04d} | {i:4d} | {i * 1.5:8.1f} |" for i in range(400))
     md = "# big\n\n## t\n\n| variant | conc | TTFT |\n|---|---:|---:|\n" + rows + "\n"
     post_digest(md, token=TOKEN, channel="C1", base_url=url)
@@ -108,7 +133,7 @@ def test_long_digest_splits_into_sections(slack_server):
 
 
 def test_no_token_posts_nothing(slack_server, tmp_path):
-    url, calls = slack_server
+    url, calls, _ = slack_server
     assert post_digest(DIGEST, token=None, channel="C1", base_url=url) is None
     assert calls == []
     p = write_digest(DIGEST, tmp_path / "out" / "digest.md")
@@ -121,3 +146,67 @@ def test_split_sections_unit():
     assert all(len(p) <= 500 for p in parts) and "\n".join(parts) == text
     title, blocks = build_blocks("no heading here")
     assert title == "servebench digest" and blocks[1]["text"]["text"] == "no heading here"
+
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 2048
+
+
+def test_charts_go_into_the_thread_with_files_upload_v2(slack_server):
+    url, calls, _ = slack_server
+    ts = post_digest(DIGEST + "\n- a regression ([chart](charts-x/change-0.png))\n",
+                     token=TOKEN, channel="#bench", base_url=url,
+                     files=[("regression: t/q4", "change-0.png", PNG),
+                            ("t: latency vs throughput", "target-0.png", PNG)])
+    paths = [c["path"] for c in calls]
+    assert paths == ["/api/chat.postMessage", "/api/files.getUploadURLExternal",
+                     "/api/files.getUploadURLExternal", "/upload/F1", "/upload/F2",
+                     "/api/files.completeUploadExternal"]
+    assert [c["body"]["bytes"] for c in calls if c["path"].startswith("/upload/")] == [len(PNG)] * 2
+    complete = calls[-1]["body"]
+    assert complete["channel_id"] == "C1" and complete["thread_ts"] == ts  # in the thread
+    text = json.dumps(calls[0]["body"]["blocks"])
+    assert "charts-x" not in text  # a file beside the digest means nothing in Slack
+
+
+def test_a_429_is_retried_after_its_retry_after(slack_server):
+    url, calls, script = slack_server
+    script.append((429, {"ok": False, "error": "ratelimited"}, {"Retry-After": "1"}))
+    ts = post_digest(DIGEST, token=TOKEN, channel="#bench", base_url=url)
+    assert ts is not None
+    assert [c["path"] for c in calls] == ["/api/chat.postMessage"] * 2
+    assert calls[1]["at"] - calls[0]["at"] >= 1.0
+
+
+@pytest.mark.parametrize("answer", [
+    (200, {"ok": False, "error": "invalid_auth"}, {}),
+    (200, {"ok": False, "error": "channel_not_found"}, {}),
+    (500, {"ok": False, "error": "internal_error"}, {}),
+])
+def test_slack_failing_keeps_the_digest_file_and_the_run(slack_server, tmp_path, monkeypatch,
+                                                         caplog, answer):
+    import datetime as dt
+    from pathlib import Path
+
+    from servebench.pipeline import send_digest
+    from servebench.results.schema import rows_to_table
+    from servebench.results.store import ResultStore
+
+    url, calls, script = slack_server
+    script.append(answer)
+    day = dt.date(2026, 11, 30)
+    store = ResultStore(str(tmp_path / "data"))
+    store.publish("r1", day, {
+        "runs": rows_to_table("runs", [dict(run_id="r1", run_date=day, sweep_name="s",
+                                            dag_id="nightly_benchmark")]),
+        "cells": rows_to_table("cells", [dict(run_id="r1", run_date=day, cell_id="t/v/w/c1",
+                                              target="t", stack="llama_cpp", variant="v",
+                                              workload="w", load_point="c1", status="ok")])})
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("SERVEBENCH_SLACK_BASE_URL", url)
+    where = send_digest({"run_id": "r1", "run_date": day.isoformat()})
+    reason = answer[1]["error"]
+    assert f"failed: {reason}" in where
+    assert Path(where.split(" (Slack")[0]).read_text().startswith("# servebench digest")
+    assert "posting the digest to Slack" in caplog.text and reason in caplog.text
+    assert TOKEN not in caplog.text and TOKEN not in where

@@ -1,4 +1,5 @@
-"""Post the Markdown digest to Slack (slack_sdk.WebClient) or write it to a file.
+"""Post the Markdown digest to Slack (slack_sdk.WebClient), its charts in the thread, or write
+it to a file.
 
 Block Kit kept simple: one header block, then mrkdwn sections of at most 3000 characters (Slack's
 section text limit), at most 50 blocks per message (more go to the thread). Slack's mrkdwn is not
@@ -14,8 +15,11 @@ import re
 from pathlib import Path
 
 from slack_sdk import WebClient
+from slack_sdk.http_retry.builtin_handlers import RateLimitErrorRetryHandler
 
 log = logging.getLogger(__name__)
+
+RATE_LIMIT_RETRIES = 3  # 429s honoured (Retry-After) before the post gives up
 
 SECTION_LIMIT = 3000
 HEADER_LIMIT = 150
@@ -23,6 +27,9 @@ BLOCKS_PER_MESSAGE = 50
 FENCE = "```"
 
 _LINK = re.compile(r"\[([^\]]+)\]\(([^)\s]+)\)")
+_IMAGE = re.compile(r"!\[([^\]]*)\]\(([^)\s]+)\)")
+# a file beside the digest (a chart) means nothing in Slack: the charts go into the thread
+_LOCAL_LINK = re.compile(r" ?\(\[chart\]\((?![a-z]+://)[^)\s]+\)\)")
 _BOLD = re.compile(r"\*\*(.+?)\*\*")
 
 
@@ -31,6 +38,8 @@ def _escape(text: str) -> str:
 
 
 def _inline(line: str) -> str:
+    line = _LOCAL_LINK.sub("", line)
+    line = _IMAGE.sub(lambda m: f"{m.group(1)} (chart in the thread)", line)
     line = _escape(line)
     line = _LINK.sub(lambda m: f"<{m.group(2)}|{m.group(1)}>", line)
     line = _BOLD.sub(r"*\1*", line)
@@ -116,16 +125,22 @@ def build_blocks(markdown: str) -> tuple[str, list[dict]]:
 
 
 def post_digest(
-    markdown: str, *, token: str | None, channel: str, base_url: str | None = None
+    markdown: str, *, token: str | None, channel: str, base_url: str | None = None,
+    files: list[tuple[str, str, bytes]] = (),
 ) -> str | None:
-    """Post to ``channel``; returns the message ts, or None (nothing posted) without a token."""
+    """Post to ``channel``, then upload ``files`` ((title, filename, bytes): the charts) into
+    the message's thread with files_upload_v2; returns the message ts, or None (nothing
+    posted) without a token. 429s are retried after their Retry-After; a digest longer than
+    one message continues in the thread, never cut."""
     if not token:
         log.info("no Slack token configured; digest not posted")
         return None
     kwargs = {"base_url": base_url.rstrip("/") + "/"} if base_url else {}
     client = WebClient(token=token, **kwargs)
+    client.retry_handlers.append(RateLimitErrorRetryHandler(max_retry_count=RATE_LIMIT_RETRIES))
     title, blocks = build_blocks(markdown)
     first_ts: str | None = None
+    channel_id = channel
     for start in range(0, len(blocks), BLOCKS_PER_MESSAGE):
         resp = client.chat_postMessage(
             channel=channel,
@@ -135,7 +150,15 @@ def post_digest(
             unfurl_links=False,
         )
         first_ts = first_ts or resp["ts"]
-    log.info("posted digest to %s (ts=%s, %d blocks)", channel, first_ts, len(blocks))
+        channel_id = resp.get("channel") or channel  # uploads need the id, not "#name"
+    if files:
+        client.files_upload_v2(
+            file_uploads=[{"title": t, "filename": name, "content": data}
+                          for t, name, data in files],
+            channel=channel_id, thread_ts=first_ts,
+        )
+    log.info("posted digest to %s (ts=%s, %d blocks, %d charts)", channel, first_ts,
+             len(blocks), len(files))
     return first_ts
 
 
