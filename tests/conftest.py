@@ -1,11 +1,16 @@
-"""Test-wide environment: Airflow points at the project's own home, dags/ and no examples.
+"""Test-wide environment (Airflow points at the project's own home, dags/ and no examples) and
+the synthetic nightly history the trends and report tests share.
 
 Set before anything imports Airflow. `make test` exports the same values; these defaults let
 `pytest` run directly too (the integration DAG test needs `make airflow-db` once).
 """
 
+import datetime as dt
 import os
 from pathlib import Path
+
+import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", str(ROOT / ".airflow"))
@@ -14,3 +19,63 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault(
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{ROOT / '.airflow' / 'airflow.db'}"
 )
+
+
+# -- a synthetic nightly history, shared by the trends and report tests -------------------------
+DAY0 = dt.date(2026, 10, 1)
+NIGHTS = 30
+
+
+def _publish(store, night, rng):
+    from servebench.results.schema import rows_to_table
+
+    day = DAY0 + dt.timedelta(days=night)
+    run_id = f"scheduled__{day.isoformat()}"
+    engine = "b1" if night < 20 else "b2"
+    cells = []
+    for variant, slow in (("f16", 1.0), ("q4", 1.15 if night >= 20 else 1.0)):
+        failed = variant == "f16" and night == 25
+        cell = dict(run_id=run_id, run_date=day, cell_id=f"t/{variant}/w/c1", target="t",
+                    stack="llama_cpp", variant=variant, workload="w", load_point="c1",
+                    concurrency=1, engine_version=engine, model_file_sha256="a" * 64,
+                    hardware="cpu; isa avx2", sampling_hash="s", accuracy=0.9,
+                    golden_set="g", gate_verdict="fail" if (variant, night) == ("q4", 26)
+                    else "pass", gate_reason="accuracy 0.80 vs 0.90" if night == 26 else None)
+        if failed:
+            cell.update(status="failed", reason="launch failed: killed by SIGSEGV (-11)")
+        else:
+            cell.update(status="ok", ttft_ms_p95=10.0 * slow * (1 + 0.01 * rng.normal()),
+                        output_throughput=1000 * (1 + 0.01 * rng.normal()))
+        cells.append(cell)
+    runs = [dict(run_id=run_id, run_date=day, dag_id="nightly_benchmark", sweep_name="local",
+                 logical_date=dt.datetime.combine(day, dt.time(2), dt.UTC),
+                 finished_at=dt.datetime.combine(day, dt.time(3), dt.UTC),
+                 suite_git_sha="abc", sweep_hash="h", n_cells=2)]
+    store.publish(run_id, day, {"runs": rows_to_table("runs", runs),
+                                "cells": rows_to_table("cells", cells)})
+    return {"run_id": run_id, "run_date": day.isoformat()}
+
+
+@pytest.fixture(scope="module")
+def synthetic_history(tmp_path_factory):
+    """30 nights of a two-variant sweep published to a real store, the detect step run after
+    each as the DAG does: q4's TTFT p95 up 15% from night 20, when the engine version changed;
+    f16 failing on night 25, q4's gate failing on night 26. Yields (store, summaries, env)."""
+    from servebench.pipeline import detect_regressions
+    from servebench.results.store import ResultStore
+
+    root = tmp_path_factory.mktemp("history") / "data"
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SERVEBENCH_RESULTS_URI", str(root))
+    mp.setenv("SERVEBENCH_ANNOTATIONS", str(root / "none.yaml"))
+    rng = np.random.default_rng(11)
+    store = ResultStore(str(root))
+    summaries = []
+    try:
+        for night in range(NIGHTS):  # as the DAG does: publish, then detect, night by night
+            summaries.append(detect_regressions(_publish(store, night, rng)))
+        yield store, summaries, mp
+    finally:
+        mp.undo()
+
+

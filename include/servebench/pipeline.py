@@ -19,6 +19,7 @@ from servebench.config import SpecError, SweepSpec, load_sweep
 from servebench.evals.gate import cross_stack_columns, gate_columns
 from servebench.evals.golden import GoldenSetError, load_golden_set
 from servebench.notify.digest import render_digest
+from servebench.notify.html import render_report
 from servebench.notify.slack import post_digest
 from servebench.provenance import hardware, suite_git_sha
 from servebench.provision.local import LocalProvisioner
@@ -292,7 +293,8 @@ def _slack_credentials(settings: Settings) -> tuple[str | None, str | None]:
 def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressions):
     """PNG charts beside the digest: one per regression or improvement, one latency-vs-
     throughput per target. Returns ({series_id or "target:<name>": path relative to the
-    digest's folder}, [(title, filename, png)] for Slack's thread)."""
+    digest's folder}, [(title, filename, png)] for Slack's thread, {key: png} for the HTML
+    report)."""
     import hashlib
 
     from servebench.notify.charts import latency_throughput_chart, trend_chart
@@ -301,12 +303,14 @@ def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressi
     folder = f"charts-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
     charts: dict[str, str] = {}
     files: list[tuple[str, str, bytes]] = []
+    pngs: dict[str, bytes] = {}
 
     def keep(key: str, name: str, title: str, png: bytes) -> None:
         rel = f"{folder}/{name}"
         store.put_bytes(f"digests/date={run_date}/{rel}", png)
         charts[key] = rel
         files.append((title, name, png))
+        pngs[key] = png
 
     moved = regressions[regressions["kind"].isin(["regression", "improvement"])]
     if not moved.empty:
@@ -320,22 +324,26 @@ def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressi
         png = latency_throughput_chart(cells, target)
         if png is not None:
             keep(f"target:{target}", f"target-{i}.png", f"{target}: latency vs throughput", png)
-    return charts, files
+    return charts, files, pngs
 
 
 def send_digest(summary: dict, settings: Settings | None = None) -> str:
     """Render the run's digest; post it to Slack when a token is configured, and always
-    keep the Markdown beside the results. Returns where it went."""
+    keep the Markdown (with its charts) and the HTML report beside the results. Returns
+    where the digest went."""
     settings = settings or get_settings()
     store = open_store(settings)
     run_id = summary["run_id"]
     cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
     run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
     regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
-    charts, files = _draw_charts(store, run_id, summary["run_date"], cells, regressions)
+    charts, files, pngs = _draw_charts(store, run_id, summary["run_date"], cells, regressions)
     markdown = render_digest(cells, run, settings.results_uri, regressions, charts)
     where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
                            markdown)
+    report = store.put_text(f"reports/date={summary['run_date']}/{encode_run_id(run_id)}.html",
+                            render_report(cells, run, settings.results_uri, regressions, pngs))
+    log.info("report: %s", report)
     token, base_url = _slack_credentials(settings)
     try:
         ts = post_digest(markdown, token=token, channel=settings.slack_channel,

@@ -16,7 +16,7 @@ MISSING = "-"
 SORT_KEYS = ["target", "variant", "workload", "load_mode", "concurrency", "request_rate"]
 
 
-def _isnan(v: Any) -> bool:
+def is_missing(v: Any) -> bool:
     if v is None or v is pd.NA or v is pd.NaT:
         return True
     try:
@@ -27,7 +27,7 @@ def _isnan(v: Any) -> bool:
 
 def fmt_num(v: Any) -> str:
     """Latency/throughput: 3 significant-ish digits, no noise ("1234", "56.7", "8.91")."""
-    if _isnan(v):
+    if is_missing(v):
         return MISSING
     v = float(v)
     if abs(v) >= 100:
@@ -38,22 +38,22 @@ def fmt_num(v: Any) -> str:
 
 
 def fmt_pct(v: Any) -> str:
-    return MISSING if _isnan(v) else f"{100 * float(v):.1f}%"
+    return MISSING if is_missing(v) else f"{100 * float(v):.1f}%"
 
 
 def fmt_int(v: Any) -> str:
-    return MISSING if _isnan(v) else str(int(v))
+    return MISSING if is_missing(v) else str(int(v))
 
 
 def fmt_text(v: Any) -> str:
-    return MISSING if _isnan(v) or v == "" else str(v)
+    return MISSING if is_missing(v) or v == "" else str(v)
 
 
 def fmt_errors(row: dict) -> str:
     n_err, n_req = row.get("n_errors"), row.get("n_requests")
-    if _isnan(n_err):
+    if is_missing(n_err):
         return MISSING
-    return f"{int(n_err)}/{int(n_req)}" if not _isnan(n_req) else str(int(n_err))
+    return f"{int(n_err)}/{int(n_req)}" if not is_missing(n_req) else str(int(n_err))
 
 
 def fmt_status(v: Any) -> str:
@@ -90,7 +90,7 @@ DIGEST_COLUMNS: list[Column] = [
 SUMMARY_COLUMNS: list[Column] = [_col("stack", "stack", fmt_text, False), *DIGEST_COLUMNS]
 
 
-def _records(cells: pd.DataFrame) -> list[dict]:
+def cell_records(cells: pd.DataFrame) -> list[dict]:
     keys = [k for k in SORT_KEYS if k in cells.columns]
     if keys:
         cells = cells.sort_values(keys, na_position="last", kind="stable")
@@ -120,7 +120,7 @@ def summary_table(cells: pd.DataFrame) -> str:
     """Compact fixed-width table for a terminal, one line per cell."""
     if cells.empty:
         return "(no cells)"
-    return _render(SUMMARY_COLUMNS, _records(cells), markdown=False)
+    return _render(SUMMARY_COLUMNS, cell_records(cells), markdown=False)
 
 
 def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
@@ -130,7 +130,7 @@ def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
     lines = []
     first = cells.drop_duplicates(["target", "variant"]).to_dict("records")
     for r in first:
-        if _isnan(r.get("gate_verdict")):
+        if is_missing(r.get("gate_verdict")):
             continue
         acc = (f"{fmt_pct(r.get('accuracy'))} [{fmt_pct(r.get('accuracy_ci_low'))}, "
                f"{fmt_pct(r.get('accuracy_ci_high'))}]")
@@ -138,7 +138,7 @@ def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
                 f"accuracy {acc}")
         if r.get("gate_verdict") != "baseline":
             line += f" vs {fmt_text(r.get('gate_baseline'))}: {_one_line(r.get('gate_reason'))}"
-        if not _isnan(r.get("cross_stack_verdict")):
+        if not is_missing(r.get("cross_stack_verdict")):
             line += (f"; across stacks ({fmt_text(r.get('cross_stack_group'))}): "
                      f"{fmt_text(r.get('cross_stack_verdict')).upper()}, "
                      f"{_one_line(r.get('cross_stack_reason'))}")
@@ -158,7 +158,7 @@ def _one_line(text: Any, limit: int = 300) -> str:
 
 def _cell_label(r: dict) -> str:
     parts = [fmt_text(r.get(k)) for k in ("target", "variant", "workload")]
-    if not _isnan(r.get("request_rate")):
+    if not is_missing(r.get("request_rate")):
         return " / ".join(parts) + f" / rate={fmt_num(r.get('request_rate'))}/s"
     return " / ".join(parts) + f" / c={fmt_int(r.get('concurrency'))}"
 
@@ -174,7 +174,7 @@ def _header(run: dict, cells: pd.DataFrame, results_uri: str) -> list[str]:
         "",
         f"- **run**: `{fmt_text(run.get('run_id'))}`",
         f"- **sweep**: {sweep}"
-        + (f" (`{run['sweep_file']}`)" if not _isnan(run.get("sweep_file")) else ""),
+        + (f" (`{run['sweep_file']}`)" if not is_missing(run.get("sweep_file")) else ""),
         f"- **suite git sha**: `{sha[:12]}`",
         f"- **hardware**: {fmt_text(run.get('hardware'))}",
         f"- **cells**: {len(cells)} ({counts})",
@@ -187,15 +187,15 @@ KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),
                ("newly_failing", "Newly failing cells"))
 
 
-def _alert_line(r: dict) -> str:
+def alert_line(r: dict) -> str:
     from servebench.trends.series import metric_label
 
     where = " / ".join(fmt_text(r.get(k)) for k in ("target", "variant", "workload",
-                                                     "load_point") if not _isnan(r.get(k)))
+                                                     "load_point") if not is_missing(r.get(k)))
     if r.get("kind") == "newly_failing":
         return f"`{where}`: {_one_line(r.get('reason'))}"
     pct = r.get("change_pct")
-    change = MISSING if _isnan(pct) else f"{float(pct):+.1f}%"
+    change = MISSING if is_missing(pct) else f"{float(pct):+.1f}%"
     drastic = " (drastic, one night)" if r.get("drastic") is True else ""
     return (f"**{metric_label(fmt_text(r.get('metric')))} {change}** `{where}`: "
             f"{fmt_num(r.get('before'))} -> {fmt_num(r.get('after'))} since "
@@ -210,7 +210,7 @@ def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = 
 
     def line(r: dict) -> str:
         chart = charts.get(r.get("series_id"))
-        return _alert_line(r) + (f" ([chart]({chart}))" if chart else "")
+        return alert_line(r) + (f" ([chart]({chart}))" if chart else "")
 
     titled = [kind for kind, _ in KIND_TITLES]
     if regressions is None or not regressions["kind"].isin(titled).any():
@@ -244,7 +244,7 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
     out = _header(run, cells, results_uri)
     if regressions is not None:
         out += regression_lines(regressions, charts)
-    records = _records(cells)
+    records = cell_records(cells)
     if not records:
         return "\n".join(out + ["", "_No cells in this run._"]) + "\n"
     out += ["", "_Latencies in ms; out tok/s over the measured window; "
@@ -255,7 +255,7 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         first = rows[0]
         about = ", ".join(
             fmt_text(first.get(k)) for k in ("stack", "model", "engine_version")
-            if not _isnan(first.get(k))
+            if not is_missing(first.get(k))
         )
         out += ["", f"## {target}" + (f" ({about})" if about else ""), "",
                 _render(DIGEST_COLUMNS, rows, markdown=True)]

@@ -1,0 +1,149 @@
+"""The run's HTML report: one self-contained file beside the data (charts inline as data: URIs,
+no script, no external asset), for a person who opens it from S3 or a shared folder.
+
+Sections: the run and its provenance, what changed since the nights before (with each change's
+chart), the summary table, the quality gate, invalid and failed cells, and each variant's
+launch command, engine version and model file. Built with the standard library's escaping;
+every value that came from a run is escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from html import escape
+
+import pandas as pd
+
+from servebench.notify.digest import (
+    DIGEST_COLUMNS,
+    KIND_TITLES,
+    alert_line,
+    cell_records,
+    fmt_text,
+    gate_lines,
+    is_missing,
+)
+
+STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1180px;
+       color: #1f2933; }
+h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 12.5px; margin: 8px 0; }
+th, td { border: 1px solid #d5dbe1; padding: 3px 7px; } td.num { text-align: right; }
+th { background: #f1f4f7; } .regression { color: #c0392b; } .improvement { color: #1e8449; }
+.status-invalid, .status-failed { color: #c0392b; font-weight: 600; }
+img { max-width: 100%; border: 1px solid #eee; margin: 6px 0 14px; }
+code { background: #f4f4f4; padding: 1px 4px; } dt { font-weight: 600; }
+"""
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode()
+    return f'<img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _inline_md(text: str) -> str:
+    """The digest's alert line (Markdown bold and code) as HTML."""
+    out, bold, code = [], False, False
+    i = 0
+    while i < len(text):
+        if text.startswith("**", i) and not code:
+            out.append("</strong>" if bold else "<strong>")
+            bold, i = not bold, i + 2
+        elif text[i] == "`":
+            out.append("</code>" if code else "<code>")
+            code, i = not code, i + 1
+        else:
+            out.append(escape(text[i]))
+            i += 1
+    return "".join(out)
+
+
+def _table(rows: list[dict]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h, _, _ in DIGEST_COLUMNS)
+    body = []
+    for row in rows:
+        cells = []
+        for header, fmt, right in DIGEST_COLUMNS:
+            value = fmt(row)
+            cls = "num" if right else ""
+            if header == "status":
+                cls = f"status-{escape(value.lower())}"
+            cells.append(f'<td class="{cls}">{escape(value)}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
+                  regressions: pd.DataFrame | None, pngs: dict[str, bytes]) -> str:
+    """The report's HTML. ``pngs`` maps a series_id or ``target:<name>`` to a chart."""
+    sweep = fmt_text(run.get("sweep_name"))
+    date = fmt_text(run.get("run_date"))
+    out = [f"<!doctype html><html><head><meta charset='utf-8'>"
+           f"<title>servebench: {escape(sweep)} {escape(date)}</title>"
+           f"<style>{STYLE}</style></head><body>",
+           f"<h1>servebench report: {escape(sweep)} ({escape(date)})</h1>", "<dl>"]
+    for label, key in (("run", "run_id"), ("sweep file", "sweep_file"),
+                       ("suite git sha", "suite_git_sha"), ("hardware", "hardware")):
+        out.append(f"<dt>{label}</dt><dd><code>{escape(fmt_text(run.get(key)))}</code></dd>")
+    statuses = cells["status"].value_counts() if not cells.empty else {}
+    counts = ", ".join(f"{s} {int(statuses.get(s, 0))}" for s in ("ok", "invalid", "failed"))
+    out += [f"<dt>cells</dt><dd>{len(cells)} ({escape(counts)})</dd>",
+            f"<dt>results</dt><dd><code>{escape(results_uri)}</code></dd></dl>"]
+
+    out.append("<h2>Since the nights before</h2>")
+    alerts = regressions if regressions is not None else pd.DataFrame(columns=["kind"])
+    shown = False
+    for kind, title in KIND_TITLES:
+        rows = alerts[alerts["kind"] == kind].to_dict("records")
+        if not rows:
+            continue
+        shown = True
+        out.append(f'<h3 class="{kind}">{escape(title)} ({len(rows)})</h3><ul>')
+        for row in rows:
+            cause = fmt_text(row.get("cause"))
+            out.append(f"<li>{_inline_md(alert_line(row))}; cause: {escape(cause)}</li>")
+            if row.get("series_id") in pngs:
+                out.append(_img(pngs[row["series_id"]], f"{kind}: {row['series_id']}"))
+        out.append("</ul>")
+    if not shown:
+        out.append("<p>No regressions, improvements or newly failing cells.</p>")
+
+    records = cell_records(cells)
+    for target in dict.fromkeys(fmt_text(r.get("target")) for r in records):
+        rows = [r for r in records if fmt_text(r.get("target")) == target]
+        out += [f"<h2>{escape(target)}</h2>", _table(rows)]
+        if f"target:{target}" in pngs:
+            out.append(_img(pngs[f"target:{target}"], f"{target}: latency vs throughput"))
+
+    gates = gate_lines(cells)
+    if gates:
+        out.append("<h2>Quality gate</h2><ul>")
+        out += [f"<li>{escape(line)}</li>" for line in gates]
+        out.append("</ul>")
+    bad = [r for r in records if fmt_text(r.get("status")) != "ok"]
+    out.append("<h2>Invalid and failed cells</h2>")
+    if bad:
+        out.append("<ul>")
+        out += [f"<li><span class='status-{escape(fmt_text(r.get('status')))}'>"
+                f"{escape(fmt_text(r.get('status')))}</span> <code>{escape(r['cell_id'])}</code>: "
+                f"{escape(fmt_text(r.get('reason')))}</li>" for r in bad]
+        out.append("</ul>")
+    else:
+        out.append("<p>None.</p>")
+
+    out.append("<h2>Provenance</h2><table><tr><th>target / variant</th><th>engine</th>"
+               "<th>model file sha256</th><th>launch command</th></tr>")
+    if not cells.empty:
+        for row in cells.drop_duplicates(["target", "variant"]).to_dict("records"):
+            args = row.get("launch_args")
+            command = " ".join(json.loads(args)) if isinstance(args, str) else "-"
+            model = row.get("model_file_sha256")
+            out.append(
+                f"<tr><td>{escape(row['target'])} / {escape(row['variant'])}</td>"
+                f"<td>{escape(fmt_text(row.get('engine_version')))}</td>"
+                f"<td><code>{escape('-' if is_missing(model) else str(model)[:16])}</code></td>"
+                f"<td><code>{escape(command)}</code></td></tr>")
+    out.append("</table></body></html>")
+    return "\n".join(out)
