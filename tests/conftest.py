@@ -60,7 +60,7 @@ def _publish(store, night, rng):
 def synthetic_history(tmp_path_factory):
     """30 nights of a two-variant sweep published to a real store, the detect step run after
     each as the DAG does: q4's TTFT p95 up 15% from night 20, when the engine version changed;
-    f16 failing on night 25, q4's gate failing on night 26. Yields (store, summaries, env)."""
+    f16 failing on night 25, q4's gate failing on night 26. Yields (store, summaries, day 0)."""
     from servebench.pipeline import detect_regressions
     from servebench.results.store import ResultStore
 
@@ -74,7 +74,7 @@ def synthetic_history(tmp_path_factory):
     try:
         for night in range(NIGHTS):  # as the DAG does: publish, then detect, night by night
             summaries.append(detect_regressions(_publish(store, night, rng)))
-        yield store, summaries, mp
+        yield store, summaries, DAY0
     finally:
         mp.undo()
 

@@ -154,14 +154,14 @@ def summarize_ms(values_s: Sequence[float], name: str) -> dict[str, float]:
     return {f"{name}_mean": float(a.mean()), **{f"{name}_p{p}": float(v) for p, v in zip(PERCENTILES, ps)}}
 
 
-def _out_tokens(r: RequestRecord) -> int:
+def out_tokens(r: RequestRecord) -> int:
     """Server-reported output tokens, else the client's chunk token count."""
     return r.output_tokens if r.output_tokens is not None else sum(r.chunk_tokens)
 
 
-def _tpot_s(r: RequestRecord) -> float | None:
+def tpot_s(r: RequestRecord) -> float | None:
     """Per-request TPOT in seconds, or None when undefined (no TTFT, output_tokens <= 1)."""
-    n = _out_tokens(r)
+    n = out_tokens(r)
     if r.first_chunk_at is None or n <= 1:
         return None
     return (r.done_at - r.first_chunk_at) / (n - 1)
@@ -173,7 +173,7 @@ def _meets(r: RequestRecord, slo: Slo) -> bool:
         if r.first_chunk_at is None or (r.first_chunk_at - r.sent_at) * 1000.0 > slo.ttft_ms:
             return False
     if slo.tpot_ms is not None:
-        tpot = _tpot_s(r)
+        tpot = tpot_s(r)
         if tpot is not None and tpot * 1000.0 > slo.tpot_ms:
             return False
     if slo.e2e_ms is not None and (r.done_at - r.sent_at) * 1000.0 > slo.e2e_ms:
@@ -278,10 +278,10 @@ def compute_cell_metrics(
         reasons.append(f"measured window is empty or invalid (duration_s={duration})")
 
     ttft = [r.first_chunk_at - r.sent_at for r in ok if r.first_chunk_at is not None]
-    tpot = [t for t in map(_tpot_s, ok) if t is not None]
+    tpot = [t for t in map(tpot_s, ok) if t is not None]
     itl = np.concatenate([np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1] or [np.empty(0)])
     e2e = [r.done_at - r.sent_at for r in ok]
-    out_tok = [_out_tokens(r) for r in ok]
+    out_tok = [out_tokens(r) for r in ok]
     prompt_tok = [r.prompt_tokens if r.prompt_tokens is not None else r.prompt_tokens_requested for r in ok]
     prompt_known = all(p is not None for p in prompt_tok)
     n_good = sum(1 for r in ok if _meets(r, slo))

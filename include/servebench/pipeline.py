@@ -18,6 +18,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from servebench.config import SpecError, SweepSpec, load_sweep
 from servebench.evals.gate import cross_stack_columns, gate_columns
 from servebench.evals.golden import GoldenSetError, load_golden_set
+from servebench.levers import lever_rows
 from servebench.notify.digest import render_digest
 from servebench.notify.html import render_report
 from servebench.notify.slack import post_digest
@@ -338,11 +339,14 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
     run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
     regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
     charts, files, pngs = _draw_charts(store, run_id, summary["run_date"], cells, regressions)
-    markdown = render_digest(cells, run, settings.results_uri, regressions, charts)
+    requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
+    levers = lever_rows(cells, requests)
+    markdown = render_digest(cells, run, settings.results_uri, regressions, charts, levers)
     where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
                            markdown)
     report = store.put_text(f"reports/date={summary['run_date']}/{encode_run_id(run_id)}.html",
-                            render_report(cells, run, settings.results_uri, regressions, pngs))
+                            render_report(cells, run, settings.results_uri, regressions, pngs,
+                                          levers))
     log.info("report: %s", report)
     token, base_url = _slack_credentials(settings)
     try:

@@ -111,6 +111,8 @@ def test_servers_stopped_and_digest_written(published):
     assert len(charts) == 2
     assert all(f"({Path(c).parent.name}/{Path(c).name})" in text for c in charts)
     assert "adder-llamacpp" in text and "adder-transformers" in text
+    # what each quant buys against f16, with intervals, beside its accuracy cost
+    assert "## What each variant buys" in text and "| q2_k vs f16" in text
     # a first night has no history to regress from; the gate still fails the harsh quant
     assert "No regressions, improvements or newly failing cells." in text
 

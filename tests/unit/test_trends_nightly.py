@@ -12,7 +12,6 @@ from servebench.pipeline import detect_regressions
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore
 
-from conftest import DAY0
 
 
 @pytest.fixture(scope="module")
@@ -20,30 +19,35 @@ def history(synthetic_history):
     return synthetic_history
 
 
-def test_the_regression_is_raised_once_with_its_cause(history):
+@pytest.fixture(scope="module")
+def day0(synthetic_history):
+    return synthetic_history[2]
+
+
+def test_the_regression_is_raised_once_with_its_cause(history, day0):
     store, _, _ = history
     alerts = store.read_table("regressions").to_pandas()
     found = alerts[alerts["kind"] == "regression"]
     assert len(found) == 1, found[["series_id", "run_id", "change_date"]]
     row = found.iloc[0]
     assert row["variant"] == "q4" and row["metric"] == "ttft_ms_p95"
-    assert row["change_date"] == DAY0 + dt.timedelta(days=20)
-    assert row["run_date"] <= DAY0 + dt.timedelta(days=23)  # within three nights
+    assert row["change_date"] == day0 + dt.timedelta(days=20)
+    assert row["run_date"] <= day0 + dt.timedelta(days=23)  # within three nights
     assert 12 < row["change_pct"] < 18
     assert row["cause"] == "engine_version b1 -> b2"
     assert not (alerts["variant"] == "f16").any() or set(
         alerts[alerts["variant"] == "f16"]["kind"]) == {"newly_failing"}
 
 
-def test_newly_failing_and_gate_failure(history):
+def test_newly_failing_and_gate_failure(history, day0):
     store, _, _ = history
     alerts = store.read_table("regressions").to_pandas()
     failing = alerts[alerts["kind"] == "newly_failing"]
-    assert failing["run_date"].tolist() == [DAY0 + dt.timedelta(days=25)]
+    assert failing["run_date"].tolist() == [day0 + dt.timedelta(days=25)]
     assert "SIGSEGV" in failing.iloc[0]["reason"]
     gates = alerts[alerts["kind"] == "gate_failure"]
     assert gates[["variant", "run_date"]].values.tolist() == [["q4",
-                                                               DAY0 + dt.timedelta(days=26)]]
+                                                               day0 + dt.timedelta(days=26)]]
 
 
 def test_rerunning_a_night_replaces_its_alerts(history):

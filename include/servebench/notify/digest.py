@@ -234,9 +234,35 @@ def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = 
     return out
 
 
+def fmt_change(row: dict, key: str) -> str:
+    """``+12.3% [+8.1, +16.0]``: a lever's % change with its 95% bootstrap interval."""
+    pct, lo, hi = (row.get(f"{key}_{s}") for s in ("pct", "lo", "hi"))
+    if is_missing(pct):
+        return MISSING
+    interval = "" if is_missing(lo) or is_missing(hi) else f" [{lo:+.1f}, {hi:+.1f}]"
+    return f"{pct:+.1f}%{interval}"
+
+
+def lever_table(rows: list[dict], markdown: bool = True) -> str:
+    """Each variant against its baseline, cell by cell (servebench.levers rows)."""
+    from servebench.levers import LEVERS
+
+    columns: list[Column] = [
+        ("variant vs baseline", lambda r: f"{r['variant']} vs {r['baseline']}", False),
+        ("workload", lambda r: fmt_text(r.get("workload")), False),
+        ("load", lambda r: fmt_text(r.get("load_point")), False),
+        *[(label, lambda r, k=key: fmt_change(r, k), True) for key, label in LEVERS],
+        ("accuracy", lambda r: MISSING if is_missing(r.get("accuracy_delta_points"))
+         else f"{r['accuracy_delta_points']:+.1f} pts", True),
+        ("gate", lambda r: fmt_text(r.get("gate_verdict")), False),
+    ]
+    return _render(columns, rows, markdown=markdown)
+
+
 def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                   regressions: pd.DataFrame | None = None,
-                  charts: dict[str, str] | None = None) -> str:
+                  charts: dict[str, str] | None = None,
+                  levers: list[dict] | None = None) -> str:
     """Markdown digest of one run: header, what changed since the nights before (when the
     detect task ran), a table per target, then invalid/failed cells. ``charts`` maps a
     series_id or ``target:<name>`` to a PNG beside the digest."""
@@ -261,6 +287,10 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                 _render(DIGEST_COLUMNS, rows, markdown=True)]
         if f"target:{target}" in charts:
             out += ["", f"![{target}: latency vs throughput]({charts[f'target:{target}']})"]
+    if levers:
+        out += ["", "## What each variant buys (vs its baseline, same night)", "",
+                "_% change with a 95% bootstrap interval over the cells' requests; "
+                "lower is better for TTFT, TPOT and cost._", "", lever_table(levers)]
     gates = gate_lines(cells)
     if gates:
         out += ["", "## Quality gate", ""] + [f"- {line}" for line in gates]

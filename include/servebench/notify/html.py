@@ -23,6 +23,7 @@ from servebench.notify.digest import (
     fmt_text,
     gate_lines,
     is_missing,
+    lever_table,
 )
 
 STYLE = """
@@ -75,8 +76,13 @@ def _table(rows: list[dict]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _lever_table(rows: list[dict]) -> str:
+    return "<pre>" + escape(lever_table(rows, markdown=False)) + "</pre>"  # fixed-width
+
+
 def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
-                  regressions: pd.DataFrame | None, pngs: dict[str, bytes]) -> str:
+                  regressions: pd.DataFrame | None, pngs: dict[str, bytes],
+                  levers: list[dict] | None = None) -> str:
     """The report's HTML. ``pngs`` maps a series_id or ``target:<name>`` to a chart."""
     sweep = fmt_text(run.get("sweep_name"))
     date = fmt_text(run.get("run_date"))
@@ -117,6 +123,10 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
         if f"target:{target}" in pngs:
             out.append(_img(pngs[f"target:{target}"], f"{target}: latency vs throughput"))
 
+    if levers:
+        out.append("<h2>What each variant buys (vs its baseline, same night)</h2>")
+        out.append("<p>% change with a 95% bootstrap interval over the cells' requests.</p>")
+        out.append(_lever_table(levers))
     gates = gate_lines(cells)
     if gates:
         out.append("<h2>Quality gate</h2><ul>")

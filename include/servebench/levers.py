@@ -1,0 +1,100 @@
+"""What each optimization bought, and what it cost in quality: every variant against its
+target's baseline variant on the same night, cell by cell (same workload and load point).
+
+For TTFT p95, TPOT p50, output tokens/s and cost per 1M output tokens: the % change of the
+variant's cell against the baseline's, with a 95% bootstrap interval -- both cells' measured
+requests resampled with replacement (``N_BOOT`` times, seeded), the statistic recomputed with
+the canonical per-request definitions of ``servebench.metrics`` over each cell's measured
+window. Beside them, the accuracy delta (points) and the quality-gate verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from servebench.loadgen.records import RequestRecord
+from servebench.metrics import out_tokens, tpot_s
+
+N_BOOT = 1000
+LEVERS = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
+          ("output_throughput", "out tok/s"), ("cost_per_1m_output_tokens", "cost/1M tok"))
+_RECORD_FIELDS = set(RequestRecord.__dataclass_fields__)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    ttft_ms: np.ndarray
+    tpot_ms: np.ndarray  # NaN where undefined (one output token)
+    tokens: np.ndarray
+    window_s: float
+    price: float
+
+
+def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
+    rows = requests[(requests["cell_id"] == cell["cell_id"]) & ~requests["warmup"]
+                    & requests["ok"]]
+    if rows.empty or not cell.get("duration_s"):
+        return None
+    records = [RequestRecord(**{k: v for k, v in r.items() if k in _RECORD_FIELDS})
+               for r in rows.to_dict("records")]
+    ttft = [(r.first_chunk_at - r.sent_at) * 1000 if r.first_chunk_at is not None
+            and not math.isnan(r.first_chunk_at) else math.nan for r in records]
+    tpot = [(t * 1000 if t is not None else math.nan) for t in map(tpot_s, records)]
+    return _Sample(np.asarray(ttft, float), np.asarray(tpot, float),
+                   np.asarray([out_tokens(r) for r in records], float),
+                   float(cell["duration_s"]), float(cell.get("price_per_hour") or math.nan))
+
+
+def _stats(s: _Sample, idx: np.ndarray) -> np.ndarray:
+    """[TTFT p95, TPOT p50, out tok/s, cost per 1M tokens] for each resample (rows of idx)."""
+    ttft = np.nanpercentile(s.ttft_ms[idx], 95, axis=-1)
+    tpot = np.nanpercentile(s.tpot_ms[idx], 50, axis=-1)
+    tokens = s.tokens[idx].sum(axis=-1)
+    throughput = tokens / s.window_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cost = s.price * s.window_s / 3600.0 / tokens * 1e6
+    return np.stack([ttft, tpot, throughput, cost], axis=-1)
+
+
+def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame, *, n_boot: int = N_BOOT,
+               seed: int = 0) -> list[dict]:
+    """One row per ok variant cell that has an ok baseline cell on the same night."""
+    rng = np.random.default_rng(seed)
+    ok = cells[cells["status"] == "ok"]
+    rows = []
+    for cell in ok.to_dict("records"):
+        base_name = cell.get("gate_baseline")
+        if not isinstance(base_name, str) or base_name == cell["variant"]:
+            continue
+        base = ok[(ok["target"] == cell["target"]) & (ok["variant"] == base_name)
+                  & (ok["workload"] == cell["workload"])
+                  & (ok["load_point"] == cell["load_point"])]
+        if base.empty:
+            continue
+        base = base.iloc[0].to_dict()
+        mine, theirs = _sample(cell, requests), _sample(base, requests)
+        if mine is None or theirs is None:
+            continue
+        point = np.array([[cell.get(k, math.nan) for k, _ in LEVERS]], float)
+        ref = np.array([[base.get(k, math.nan) for k, _ in LEVERS]], float)
+        a = _stats(mine, rng.integers(0, len(mine.tokens), (n_boot, len(mine.tokens))))
+        b = _stats(theirs, rng.integers(0, len(theirs.tokens), (n_boot, len(theirs.tokens))))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pct = 100 * (point / ref - 1)[0]
+            boot = 100 * (a / b - 1)
+        lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
+        row = {k: cell.get(k) for k in ("target", "variant", "workload", "load_point",
+                                        "gate_verdict")}
+        row["baseline"] = base_name
+        acc, base_acc = cell.get("accuracy"), base.get("accuracy")
+        row["accuracy_delta_points"] = (100 * (acc - base_acc)
+                                        if acc is not None and base_acc is not None else None)
+        for i, (key, _) in enumerate(LEVERS):
+            row[f"{key}_pct"], row[f"{key}_lo"], row[f"{key}_hi"] = (
+                float(pct[i]), float(lo[i]), float(hi[i]))
+        rows.append(row)
+    return rows

@@ -1,0 +1,56 @@
+"""Each variant against its baseline on the same night: % changes from the cells' canonical
+metrics, 95% bootstrap intervals from their requests, the accuracy delta beside them."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from servebench.levers import lever_rows
+from servebench.notify.digest import lever_table
+
+
+def _requests(cell_id, ttft_ms, itl_ms, n=40, tokens=9, seed=0):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i in range(n):
+        sent = 1000.0 + i
+        first = sent + ttft_ms * (1 + 0.05 * rng.normal()) / 1000
+        done = first + (tokens - 1) * itl_ms / 1000
+        rows.append(dict(request_id=f"{cell_id}:{i}", cell_id=cell_id, scheduled_at=sent,
+                         sent_at=sent, first_chunk_at=first, done_at=done, output_tokens=tokens,
+                         http_status=200, warmup=False, ok=True))
+    return rows
+
+
+def _cell(variant, ttft, tpot, throughput, accuracy, verdict):
+    return dict(cell_id=f"t/{variant}/w/c1", target="t", variant=variant, workload="w",
+                load_point="c1", status="ok", gate_baseline="f16", gate_verdict=verdict,
+                accuracy=accuracy, duration_s=40.0, price_per_hour=1.0,
+                ttft_ms_p95=ttft, tpot_ms_p50=tpot, output_throughput=throughput,
+                cost_per_1m_output_tokens=1.0 / 3600 * 40 / 360 * 1e6)
+
+
+def test_a_faster_variant_shows_its_gain_with_an_interval_and_its_accuracy_cost():
+    base_reqs = _requests("t/f16/w/c1", ttft_ms=20, itl_ms=4, seed=1)
+    fast_reqs = _requests("t/q4/w/c1", ttft_ms=10, itl_ms=2, seed=2)
+    requests = pd.DataFrame(base_reqs + fast_reqs)
+    b_ttft = np.percentile([(r["first_chunk_at"] - r["sent_at"]) * 1000 for r in base_reqs], 95)
+    f_ttft = np.percentile([(r["first_chunk_at"] - r["sent_at"]) * 1000 for r in fast_reqs], 95)
+    cells = pd.DataFrame([_cell("f16", b_ttft, 4.0, 9.0, 0.97, "baseline"),
+                          _cell("q4", f_ttft, 2.0, 9.0, 0.90, "fail")])
+    [row] = lever_rows(cells, requests)
+    assert row["variant"] == "q4" and row["baseline"] == "f16" and row["gate_verdict"] == "fail"
+    assert row["ttft_ms_p95_pct"] == pytest.approx(100 * (f_ttft / b_ttft - 1))
+    assert row["ttft_ms_p95_lo"] < row["ttft_ms_p95_pct"] < row["ttft_ms_p95_hi"] < -40
+    assert row["tpot_ms_p50_pct"] == pytest.approx(-50.0)
+    assert row["tpot_ms_p50_lo"] == pytest.approx(-50.0, abs=0.5)  # no spread, no interval
+    assert row["accuracy_delta_points"] == pytest.approx(-7.0)
+    table = lever_table([row])
+    assert "q4 vs f16" in table and "-7.0 pts" in table and "fail" in table
+    assert f"{row['ttft_ms_p95_pct']:+.1f}% [" in table
+
+
+def test_no_row_without_an_ok_baseline_cell():
+    requests = pd.DataFrame(_requests("t/q4/w/c1", 10, 2))
+    cells = pd.DataFrame([_cell("q4", 10, 2, 9, 0.9, "pass")])
+    assert lever_rows(cells, requests) == []
