@@ -49,7 +49,7 @@ def _summary(args: argparse.Namespace) -> int:
         for line in gates:
             print("  " + line)
     print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
-    print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals)")
+    print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals, regressions)")
     digests = [f for f in store.find(f"digests/date={run['run_date']}") if f.endswith(".md")]
     if digests:
         print("digest: " + ", ".join(digests))

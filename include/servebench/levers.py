@@ -3,21 +3,26 @@ target's baseline variant on the same night, cell by cell (same workload and loa
 
 For TTFT p95, TPOT p50, output tokens/s and cost per 1M output tokens: the % change of the
 variant's cell against the baseline's, with a 95% bootstrap interval -- both cells' measured
-requests resampled with replacement (``N_BOOT`` times, seeded), the statistic recomputed with
-the canonical per-request definitions of ``servebench.metrics`` over each cell's measured
-window. Beside them, the accuracy delta (points) and the quality-gate verdict.
+requests resampled with replacement (``N_BOOT`` times, seeded) and the statistic recomputed with
+the canonical per-request definitions of ``servebench.metrics``. Throughput is not a per-request
+quantity: in a closed-loop cell each worker's rate is its tokens over its mean request time
+(Little's law), so a resample's throughput is the cell's scaled by mean E2E over the resample's
+mean E2E, and cost per token moves inversely. An open-loop cell's throughput is set by its
+arrival rate, so it gets no interval there rather than a false one. Beside them, the accuracy
+delta (points) and the quality-gate verdict.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from servebench.loadgen.records import RequestRecord
-from servebench.metrics import out_tokens, tpot_s
+from servebench.metrics import tpot_s
 
 N_BOOT = 1000
 LEVERS = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
@@ -29,9 +34,10 @@ _RECORD_FIELDS = set(RequestRecord.__dataclass_fields__)
 class _Sample:
     ttft_ms: np.ndarray
     tpot_ms: np.ndarray  # NaN where undefined (one output token)
-    tokens: np.ndarray
-    window_s: float
-    price: float
+    e2e_ms: np.ndarray
+    throughput: float  # the cell's own, canonical
+    cost: float
+    closed: bool
 
 
 def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
@@ -45,18 +51,21 @@ def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
             and not math.isnan(r.first_chunk_at) else math.nan for r in records]
     tpot = [(t * 1000 if t is not None else math.nan) for t in map(tpot_s, records)]
     return _Sample(np.asarray(ttft, float), np.asarray(tpot, float),
-                   np.asarray([out_tokens(r) for r in records], float),
-                   float(cell["duration_s"]), float(cell.get("price_per_hour") or math.nan))
+                   np.asarray([(r.done_at - r.sent_at) * 1000 for r in records], float),
+                   float(cell.get("output_throughput") or math.nan),
+                   float(cell.get("cost_per_1m_output_tokens") or math.nan),
+                   cell.get("load_mode", "closed") != "open")
 
 
 def _stats(s: _Sample, idx: np.ndarray) -> np.ndarray:
     """[TTFT p95, TPOT p50, out tok/s, cost per 1M tokens] for each resample (rows of idx)."""
     ttft = np.nanpercentile(s.ttft_ms[idx], 95, axis=-1)
     tpot = np.nanpercentile(s.tpot_ms[idx], 50, axis=-1)
-    tokens = s.tokens[idx].sum(axis=-1)
-    throughput = tokens / s.window_s
-    with np.errstate(divide="ignore", invalid="ignore"):
-        cost = s.price * s.window_s / 3600.0 / tokens * 1e6
+    if s.closed:
+        scale = s.e2e_ms.mean() / s.e2e_ms[idx].mean(axis=-1)
+        throughput, cost = s.throughput * scale, s.cost / scale
+    else:
+        throughput = cost = np.full(len(idx), math.nan)
     return np.stack([ttft, tpot, throughput, cost], axis=-1)
 
 
@@ -81,12 +90,14 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame, *, n_boot: int = N_B
             continue
         point = np.array([[cell.get(k, math.nan) for k, _ in LEVERS]], float)
         ref = np.array([[base.get(k, math.nan) for k, _ in LEVERS]], float)
-        a = _stats(mine, rng.integers(0, len(mine.tokens), (n_boot, len(mine.tokens))))
-        b = _stats(theirs, rng.integers(0, len(theirs.tokens), (n_boot, len(theirs.tokens))))
+        a = _stats(mine, rng.integers(0, len(mine.e2e_ms), (n_boot, len(mine.e2e_ms))))
+        b = _stats(theirs, rng.integers(0, len(theirs.e2e_ms), (n_boot, len(theirs.e2e_ms))))
         with np.errstate(divide="ignore", invalid="ignore"):
             pct = 100 * (point / ref - 1)[0]
             boot = 100 * (a / b - 1)
-        lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: open loop, no interval
+            lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
         row = {k: cell.get(k) for k in ("target", "variant", "workload", "load_point",
                                         "gate_verdict")}
         row["baseline"] = base_name

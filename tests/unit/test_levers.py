@@ -45,6 +45,9 @@ def test_a_faster_variant_shows_its_gain_with_an_interval_and_its_accuracy_cost(
     assert row["tpot_ms_p50_pct"] == pytest.approx(-50.0)
     assert row["tpot_ms_p50_lo"] == pytest.approx(-50.0, abs=0.5)  # no spread, no interval
     assert row["accuracy_delta_points"] == pytest.approx(-7.0)
+    # closed loop: throughput moves with the requests' times (Little's law), not a fixed window
+    assert row["output_throughput_pct"] == pytest.approx(0.0)
+    assert row["output_throughput_lo"] < 0 < row["output_throughput_hi"]
     table = lever_table([row])
     assert "q4 vs f16" in table and "-7.0 pts" in table and "fail" in table
     assert f"{row['ttft_ms_p95_pct']:+.1f}% [" in table
