@@ -92,3 +92,16 @@ def test_the_digest_file_links_a_chart_of_each_change(history, monkeypatch):
     for rel in (chart, target_chart):
         png = (digest.parent / rel).read_bytes()
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5_000
+
+
+def test_launch_args_are_compared_flag_by_flag_without_the_listen_address():
+    import json
+
+    from servebench.trends.nightly import _flag_diff
+
+    a = json.dumps(["/x/llama-server", "--model", "m.gguf", "--host", "127.0.0.1", "--port",
+                    "40001", "--parallel", "2", "--cont-batching"])
+    b = json.dumps(["/y/llama-server", "--model", "m.gguf", "--host", "127.0.0.1", "--port",
+                    "40517", "--parallel", "1", "--no-mmap"])
+    assert _flag_diff(a, a.replace("40001", "40999")) == ""
+    assert _flag_diff(a, b) == "---cont-batching; +--no-mmap; --parallel 2 -> 1"

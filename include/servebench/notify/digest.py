@@ -197,10 +197,18 @@ def alert_line(r: dict) -> str:
     pct = r.get("change_pct")
     change = MISSING if is_missing(pct) else f"{float(pct):+.1f}%"
     drastic = " (drastic, one night)" if r.get("drastic") is True else ""
+    nights = r.get("nights_since")
+    nights = MISSING if is_missing(nights) else f"{int(nights)} night{'s' * (int(nights) != 1)}"
     return (f"**{metric_label(fmt_text(r.get('metric')))} {change}** `{where}`: "
-            f"{fmt_num(r.get('before'))} -> {fmt_num(r.get('after'))} since "
-            f"{fmt_text(r.get('change_date'))} ({fmt_int(r.get('nights_since'))} nights)"
-            f"{drastic}")
+            f"{_level(r.get('before'))} -> {_level(r.get('after'))} since "
+            f"{fmt_text(r.get('change_date'))} ({nights}){drastic}")
+
+
+def _level(v: Any) -> str:
+    """A before/after level: like fmt_num, with 3 significant digits below 1 (costs, rates)."""
+    if not is_missing(v) and abs(float(v)) < 1:
+        return f"{float(v):.3g}"
+    return fmt_num(v)
 
 
 def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = None) -> list[str]:

@@ -16,6 +16,7 @@ one **finding** (an engine upgrade that slows 40 series is one regression, not 4
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 from collections.abc import Iterable
@@ -128,9 +129,53 @@ def _cause(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int) -> st
     pairs = [(key, before.get(key), after.get(key)) for key in CELL_PROVENANCE]
     pairs += [(key, before_run.get(key), after_run.get(key)) for key in RUN_PROVENANCE]
     for key, a, b in pairs:
-        if not _missing(a) and not _missing(b) and a != b:
-            changes.append(f"{key} {_short(a)} -> {_short(b)}")
+        if _missing(a) or _missing(b) or a == b:
+            continue
+        if key == "launch_args":
+            diff = _flag_diff(a, b)
+            if diff:
+                changes.append(f"launch args {diff}")
+            continue
+        changes.append(f"{key} {_short(a)} -> {_short(b)}")
     return "; ".join(changes) if changes else NOTHING_CHANGED
+
+
+# where a server listens changes every night and says nothing about what was measured
+PLACEMENT_FLAGS = {"--host", "--port", "-p", "--api-server-count"}
+
+
+def _flags(argv_json: str) -> dict[str, str]:
+    """A launch command as {flag: value} (the binary and the listen address left out)."""
+    try:
+        argv = json.loads(argv_json)
+    except (TypeError, ValueError):
+        return {"": str(argv_json)}
+    flags: dict[str, str] = {}
+    i = 1  # argv[0] is the binary: its version is engine_version's business
+    while i < len(argv):
+        token = str(argv[i])
+        value = ""
+        if token.startswith("-") and i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
+            value = str(argv[i + 1])
+            i += 1
+        if token not in PLACEMENT_FLAGS:
+            flags[token] = value
+        i += 1
+    return flags
+
+
+def _flag_diff(a: str, b: str) -> str:
+    """``--parallel 2 -> 1; +--no-mmap; ---flash-attn``: the flags that changed."""
+    before, after = _flags(a), _flags(b)
+    parts = []
+    for flag in sorted(set(before) | set(after)):
+        if flag not in after:
+            parts.append(f"-{flag} {before[flag]}".rstrip())
+        elif flag not in before:
+            parts.append(f"+{flag} {after[flag]}".rstrip())
+        elif before[flag] != after[flag]:
+            parts.append(f"{flag} {before[flag]} -> {after[flag]}")
+    return "; ".join(parts)
 
 
 def _missing(value) -> bool:

@@ -1,0 +1,101 @@
+"""The local proof of the nightly loop: thirteen nights of the real DAG (llama-server, the
+project's model, dates advanced), a real slowdown injected from night 10 on: the victim
+variant's llama-server loses its batch slots (--parallel 4 -> 1) under a concurrency of 4, so
+three of every four requests wait for whole ones to finish. By the morning after the third slowed
+night the digest names that change -- TTFT, E2E, throughput and cost worse, and, as truly, TPOT
+better (a lone request decodes faster) -- with its one cause and its charts, and nothing else;
+no earlier night raised anything.
+
+Needs `make setup airflow-db` (CI's `make test` does both). About 4 minutes.
+"""
+
+import datetime as dt
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from servebench.results.store import ResultStore
+from servebench.settings import PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+
+NIGHTS, SLOWED_FROM = 13, 10
+DAY0 = dt.datetime(2026, 11, 1, 2, tzinfo=dt.UTC)
+
+
+def _sweep(path: Path, slowed: bool) -> str:
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["name"] = "multinight"
+    data["workloads"] = [{"kind": "fixed", "name": "fixed-64x16", "input_tokens": 64,
+                          "output_tokens": 16, "num_requests": 16}]
+    data["load"]["concurrency"] = [4]
+    data["cross_stack"] = []
+    common = {"max_num_seqs": 4, "max_model_len": 512, "threads": 1}
+    victim = {"name": "victim", "model": "build/models/adder-3m-q8_0.gguf", "quant": "q8_0",
+              **common, "max_num_seqs": 1 if slowed else 4}
+    data["targets"] = [{"name": "adder", "stack": "llama_cpp", "baseline": "steady",
+                        "golden_sets": ["addition"], "variants": [
+                            {"name": "steady", "model": "build/models/adder-3m-f16.gguf",
+                             "quant": "f16", **common}, victim]}]
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory):
+    from airflow.dag_processing.dagbag import DagBag
+
+    tmp = tmp_path_factory.mktemp("multinight")
+    plain, slowed = _sweep(tmp / "plain.yaml", False), _sweep(tmp / "slowed.yaml", True)
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SERVEBENCH_RESULTS_URI", str(tmp / "data"))
+    mp.setenv("SERVEBENCH_WORK_DIR", str(tmp / "runs"))
+    mp.delenv("SLACK_BOT_TOKEN", raising=False)
+    try:
+        dag = DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags["nightly_benchmark"]
+        for night in range(NIGHTS):
+            sweep = slowed if night >= SLOWED_FROM else plain
+            run = dag.test(logical_date=DAY0 + dt.timedelta(days=night),
+                           run_conf={"sweep": sweep})
+            assert run.state == "success", night
+    finally:
+        mp.undo()
+    return ResultStore(str(tmp / "data"))
+
+
+def test_the_slowdown_is_found_with_its_cause_and_nothing_else(nights):
+    store = nights
+    alerts = store.read_table("regressions").to_pandas()
+    moved = alerts[alerts["kind"].isin(["regression", "improvement", "newly_failing"])]
+    assert set(moved["variant"]) == {"victim"}, moved[["variant", "metric", "kind", "run_date"]]
+    slowed_day = (DAY0 + dt.timedelta(days=SLOWED_FROM)).date()
+    assert set(moved["change_date"]) == {slowed_day}
+    assert moved["run_date"].min() <= slowed_day + dt.timedelta(days=3)
+    assert moved["cause"].nunique() == 1  # one change, said once
+    assert moved["cause"].iloc[0].startswith("launch args --ctx-size 2048 -> 512; "
+                                             "--parallel 4 -> 1")
+    worse = set(moved[moved["kind"] == "regression"]["metric"])
+    assert "ttft_ms_p95" in worse  # +50-85% here; E2E, cost, throughput follow, less surely
+    assert worse <= {"ttft_ms_p50", "ttft_ms_p95", "e2e_ms_p95", "output_throughput", "goodput",
+                     "cost_per_1m_output_tokens"}
+    assert set(moved[moved["kind"] == "improvement"]["metric"]) <= {"tpot_ms_p50",
+                                                                    "tpot_ms_p95",
+                                                                    "itl_ms_p95"}
+    before = alerts[alerts["run_date"] < slowed_day]
+    assert before[before["kind"] != "gate_failure"].empty
+
+
+def test_the_digest_of_that_morning_names_it_with_its_charts(nights):
+    store = nights
+    alerts = store.read_table("regressions").to_pandas()
+    day = alerts[alerts["kind"] == "regression"]["run_date"].min()
+    [digest] = [Path(f) for f in store.find(f"digests/date={day}") if f.endswith(".md")]
+    text = digest.read_text()
+    section = text.split("## Regressions", 1)[1].split("\n## Quality gate", 1)[0]
+    section = section.split("\n## adder", 1)[0]  # the alerts, before the target's table
+    assert "adder / victim" in section and "steady" not in section
+    assert "--parallel 4 -> 1" in section
+    charts = re.findall(r"\(\[chart\]\(([^)]+)\)\)", section)
+    assert charts and all((digest.parent / c).read_bytes()[:4] == b"\x89PNG" for c in charts)
