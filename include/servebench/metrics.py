@@ -265,14 +265,14 @@ def compute_cell_metrics(
     duration = end - start
     if n == 0:
         reasons.append("no measured requests")
-    elif n_ok == 0:
-        err, k = Counter((r.error or f"HTTP {r.http_status}") for r in recs).most_common(1)[0]
-        reasons.append(f"all {n} requests failed; most common error ({k}x): {err}")
-    elif (n - n_ok) / n > checks.max_error_rate:
+    elif n_ok == 0 or (n - n_ok) / n > checks.max_error_rate:
         failed = [r for r in recs if not r.ok]
         err, k = Counter((r.error or f"HTTP {r.http_status}") for r in failed).most_common(1)[0]
-        reasons.append(f"{n - n_ok}/{n} requests failed (error rate {(n - n_ok) / n:.3f} > "
-                       f"{checks.max_error_rate:g} allowed); most common error ({k}x): {err}")
+        if n_ok == 0:
+            reasons.append(f"all {n} requests failed; most common error ({k}x): {err}")
+        else:
+            reasons.append(f"{n - n_ok}/{n} requests failed (error rate {(n - n_ok) / n:.3f} > "
+                           f"{checks.max_error_rate:g} allowed); most common error ({k}x): {err}")
     reasons += validity_reasons(recs, checks)
     if n and not duration > 0:
         reasons.append(f"measured window is empty or invalid (duration_s={duration})")

@@ -171,14 +171,17 @@ class VariantRunner:
     def _run_on(self, endpoint: Endpoint) -> None:
         try:
             tokenizer = self._tokenizer(endpoint)
-        except Exception as exc:
+        except Exception as exc:  # every cell records why; the traceback stays in the log
+            log.exception("no tokenizer for %s", self.variant.name)
             self._failed_cells(f"workload build failed: {exc}", endpoint.argv)
             tokenizer = None
         for workload in self.spec.workloads if tokenizer else []:
             try:
                 prompts = build_prompts(workload, tokenizer, self.spec.sampling.seed,
                                         root=self.settings.project_root)
-            except Exception as exc:
+            except Exception as exc:  # this workload's cells record why; the log keeps the rest
+                log.exception("workload %s could not be built for %s", workload.name,
+                              self.variant.name)
                 self._failed_cells(f"workload build failed: {exc}", endpoint.argv, [workload])
                 continue
             for point in self.spec.load.points():
