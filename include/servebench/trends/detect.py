@@ -8,8 +8,8 @@ misses small steps on quiet ones (``benchmarks/trends_replay.py`` measures both)
 per series and per night:
 
 - **noise**: a robust per-night sigma, 1.4826 * MAD around the baseline median (it sees slow,
-  autocorrelated wander too), raised to the scatter of the last ``local_nights`` night-to-night
-  changes when that is ``variance_ratio`` times larger (the noise itself changed). A lag-1
+  autocorrelated wander too), scaled up when the last ``local_nights`` night-to-night changes
+  scatter ``variance_ratio`` times more than the window's do (the noise itself changed). A lag-1
   autocorrelation distinguishable from zero inflates the standard error of a few nights' mean
   by (1 + rho) / (1 - rho). Accuracy series use binomial noise from the golden-set size, at the
   level of the nights judged.
@@ -22,15 +22,17 @@ per series and per night:
   is estimated from it) and ``min_sigmas`` sigmas (never under ``min_rel_change``) off the
   median before them; every one of them is on the moved side; they scatter around their own
   mean no more than the noise allows (chi-square, 95%; one night overshooting the move is
-  forgiven from four nights on); and the ``pre_nights`` before them still scattered like the
-  baseline (99%). A change of variance alone moves no mean, or scatters, and does not pass.
+  forgiven from four nights on) -- or, scattering wider, moved that far against their own
+  scatter; and the ``pre_nights`` before them still scattered like the baseline (99%). A change
+  of variance alone moves no mean against its own scatter, and does not pass.
 - **Otava** runs (a few ms) only when some k passes, over the last ``lookback`` nights, with
   ``max_pvalue = otava_pvalue`` and ``min_magnitude`` from the noise; the change is raised only
   where Otava finds a change point within ``locate_tolerance`` nights of the passing k.
 - **direction**: worse is up for ``higher_is_worse`` metrics (latency, cost), down for
   ``lower_is_worse`` (throughput, accuracy); the opposite is an improvement, reported as such.
 - **drastic guard**: a last night more than ``drastic_sigmas`` and ``drastic_rel`` off the
-  baseline alerts the same morning (single nights of 8 sigma happen; 10 sigma and 20% is news).
+  baseline, and ``drastic_range`` times further off than the worst night before it, alerts the
+  same morning (single nights of 8 sigma happen, and heavy-tailed metrics have their own).
 
 The function is pure: given the values of nights ``0..t`` and where the baseline starts (an
 annotation, or the last change already alerted), it says whether night ``t`` raises a change.
@@ -66,6 +68,7 @@ class DetectorSettings:
     outlier_sigmas: float = 3.5
     drastic_sigmas: float = 10.0  # 8-sigma single nights happen; 10 and 20% are a disaster
     drastic_rel: float = 0.20
+    drastic_range: float = 2.0  # ... and this many times the worst night before it
     min_nights_after: int = 3  # the change night and two nights after it
     pre_nights: int = 6  # nights before a change that must still scatter like the baseline
     last_night_slack: float = 2.0  # sigmas the last night may stand beyond the other nights
@@ -168,16 +171,23 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     base = float(np.median(clean[:-1]))
     sigma = max(sigma, abs(base) * 1e-4, 1e-12)
     dev_last = (clean[-1] - base) / sigma
-    if abs(dev_last) > s.drastic_sigmas and base and abs(clean[-1] / base - 1) > s.drastic_rel:
+    # a disaster also lies well beyond the worst night the series has had: heavy-tailed
+    # metrics (a tail percentile of a few ms) have single nights far out in sigmas
+    worst = float(np.max(np.abs(seg[:-1] - base)))
+    if abs(dev_last) > s.drastic_sigmas and base and abs(clean[-1] / base - 1) > s.drastic_rel \
+            and abs(clean[-1] - base) > s.drastic_range * worst:
         return Change(int(nights[-1]), t, base, float(clean[-1]),
                       worse=(dev_last > 0) == higher_worse, z=float(dev_last), drastic=True)
 
     if binomial_n is None:
         # the noise itself may have changed lately: night-to-night changes over the last
         # nights (robust to one step among them) that scatter far more than the baseline's
-        local = 1.4826 * _mad(np.diff(seg[-s.local_nights:])) / math.sqrt(2)
-        if local > s.variance_ratio * sigma:
-            sigma = local
+        # (the same estimator on both sides: night-to-night scatter misreads a series whose
+        # nights alternate as noisier than its level says)
+        local = _mad(np.diff(seg[-s.local_nights:]))
+        usual = _mad(np.diff(seg[:-1]))
+        if usual > 0 and local > s.variance_ratio * usual:
+            sigma *= local / usual
     min_rel = s.min_sigmas * sigma / abs(base) if base else math.inf
     if binomial_n is None:
         min_rel = max(min_rel, s.min_rel_change)
@@ -228,23 +238,24 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
               lo: int = 0, raw: np.ndarray | None = None,
               binomial_n: int | None = None) -> tuple[float, float, float] | None:
     """(level before, mean after, z) when nights ``c..`` moved off the median of ``lo..c``
-    by ``z_alert`` standard errors and ``min_rel``, every one of them on the moved side, and
-    scattering around their own mean no more than the baseline noise allows; else None."""
+    by ``z_alert`` standard errors (of the baseline noise, or of their own scatter where that
+    is wider) and ``min_rel``, every one of them on the moved side; else None."""
     before, after = x[lo:c], x[c:]
     if len(before) < max(s.min_baseline // 2, 3) or len(after) < s.min_nights_after:
         return None
     level = float(np.median(before))
     if not level:
         return None
-    # nights that moved together: their scatter around their own mean is the baseline's
-    # (chi-square test, 95%); a change of variance alone scatters them instead. Judged on the
-    # nights as measured (cleaning would smooth the new scatter away), less, from four nights
-    # on, the one that overshoots the move most, so that one wild night does not hide a step.
     # a share's binomial noise depends on its level: judge the nights after at theirs
     sigma_after = sigma
     if binomial_n:
         p = min(max(float(np.mean(after)), 1.0 / binomial_n), 1 - 1.0 / binomial_n)
         sigma_after = max(sigma, math.sqrt(p * (1 - p) / binomial_n))
+    # nights that moved together scatter around their own mean like the baseline (chi-square,
+    # 95%); a change of variance alone scatters them instead. When they scatter wider, the
+    # move must stand out against their own scatter: a slowdown often brings noise with it.
+    # Judged on the nights as measured (cleaning would smooth the new scatter away), less,
+    # from four nights on, the one that overshoots the move most (one wild night).
     measured = (raw if raw is not None else x)[c:]
     if len(measured) >= 4:
         up = float(np.median(measured)) > level
@@ -252,7 +263,7 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
         measured = np.delete(measured, wildest)  # only one that overshoots the move
     scatter = float(np.sum((measured - measured.mean()) ** 2)) / sigma_after ** 2
     if scatter > CHI2_95[len(measured) - 1]:
-        return None
+        sigma_after = max(sigma_after, float(measured.std(ddof=1)))
     # ... and the nights just before it were still the baseline: a run of nights on one side
     # inside a stretch that already scatters wider is that wider noise, not a new level
     pre = (raw if raw is not None else x)[max(lo, c - s.pre_nights):c]
