@@ -25,13 +25,17 @@ export SERVEBENCH_LLAMA_BIN := $(LLAMA_BIN)
 export SERVEBENCH_STACKS_VENV := $(STACKS_VENV)
 export STACKS_VENV
 
-.PHONY: run test setup venv stacks llama models airflow-db unit clean
+.PHONY: run test proof setup venv stacks llama models airflow-db unit clean
 run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
 	$(BIN)/servebench summary --latest --require-ok
 
 test: setup airflow-db
 	$(BIN)/python -m pytest
+
+# the seventeen-night local proof of the trends (timing-sensitive, so not in `make test`)
+proof: setup airflow-db
+	$(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/dags
