@@ -10,9 +10,10 @@ per series and per night:
 - **noise**: a robust per-night sigma, 1.4826 * MAD around the baseline median (it sees slow,
   autocorrelated wander too), scaled up when the last ``local_nights`` night-to-night changes
   scatter ``variance_ratio`` times more than the window's do (the noise itself changed). A lag-1
-  autocorrelation distinguishable from zero inflates the standard error of a few nights' mean
-  by (1 + rho) / (1 - rho). Accuracy series use binomial noise from the golden-set size, at the
-  level of the nights judged.
+  autocorrelation distinguishable from zero (bias-corrected) inflates the variance of a mean of
+  k consecutive nights by 1 + 2 * sum_j (1 - j/k) rho^j -- both the nights after a change and
+  the baseline's. Accuracy series use binomial noise from the golden-set size, at the level of
+  the nights judged.
 - **outliers**: a night far (``outlier_sigmas``) from both its neighbours, on the same side, is
   replaced by theirs before Otava sees it, so one wild night neither alerts nor becomes a change
   point. The last night has no neighbour after it yet; it may stand at most
@@ -20,14 +21,16 @@ per series and per night:
 - **evidence** for a change ``k`` nights back (``min_nights_after`` <= k <= ``recent``): the
   mean of those nights moved ``z_alert`` standard errors (more on a short baseline, since sigma
   is estimated from it) and ``min_sigmas`` sigmas (never under ``min_rel_change``) off the
-  median before them; every one of them is on the moved side; they scatter around their own
-  mean no more than the noise allows (chi-square, 95%; one night overshooting the move is
-  forgiven from four nights on) -- or, scattering wider, moved that far against their own
-  scatter; and the ``pre_nights`` before them still scattered like the baseline (99%). A change
-  of variance alone moves no mean against its own scatter, and does not pass.
+  median before them; they stand on the moved side (one in ``wrong_side_every`` may fall
+  back); they scatter around their own mean no more than the noise allows (chi-square, 95%;
+  one night overshooting the move is forgiven from four nights on) -- or, scattering wider,
+  moved that far against their own scatter (a slowdown often brings noise with it); and the
+  ``pre_nights`` before them (outliers cleaned) still scattered like the baseline (99%). A change of variance alone moves no mean against its own scatter.
 - **Otava** runs (a few ms) only when some k passes, over the last ``lookback`` nights, with
   ``max_pvalue = otava_pvalue`` and ``min_magnitude`` from the noise; the change is raised only
-  where Otava finds a change point within ``locate_tolerance`` nights of the passing k.
+  where Otava finds a change point within ``locate_tolerance`` nights of the passing k. Otava's
+  p-value is the knob that trades small steps found against false alarms
+  (``benchmarks/trends_replay.py`` measured 0.001 against 0.005-0.05).
 - **direction**: worse is up for ``higher_is_worse`` metrics (latency, cost), down for
   ``lower_is_worse`` (throughput, accuracy); the opposite is an improvement, reported as such.
 - **drastic guard**: a last night more than ``drastic_sigmas`` and ``drastic_rel`` off the
@@ -62,22 +65,23 @@ CHI2_99 = (0.0, 6.63, 9.21, 11.34, 13.28, 15.09, 16.81, 18.48, 20.09)
 class DetectorSettings:
     """The detector's knobs; the defaults are the ones `benchmarks/trends_replay.py` measures."""
 
-    z_alert: float = 3.5  # standard errors the after-mean must move
+    z_alert: float = 3.0  # standard errors the after-mean must move
     min_sigmas: float = 1.0  # a change smaller than this many per-night sigmas is noise
-    min_rel_change: float = 0.02  # ... and never one under 2% (continuous metrics)
+    min_rel_change: float = 0.005  # ... and never one under 0.5% (continuous metrics)
     outlier_sigmas: float = 3.5
     drastic_sigmas: float = 10.0  # 8-sigma single nights happen; 10 and 20% are a disaster
     drastic_rel: float = 0.20
     drastic_range: float = 2.0  # ... and this many times the worst night before it
     min_nights_after: int = 3  # the change night and two nights after it
+    wrong_side_every: int = 4  # nights after a change, one per this many may fall back
     pre_nights: int = 6  # nights before a change that must still scatter like the baseline
     last_night_slack: float = 2.0  # sigmas the last night may stand beyond the other nights
     local_nights: int = 14  # recent nights whose own scatter can raise sigma ...
-    variance_ratio: float = 1.6  # ... when it is this many times the baseline's
+    variance_ratio: float = 2.0  # ... when it is this many times the baseline's
     min_baseline: int = 10  # nights before a series is judged at all
     lookback: int = 60  # nights Otava sees
     window_len: int = 30  # Otava's sliding window
-    otava_pvalue: float = 0.05  # permissive: Otava locates, the noise test decides
+    otava_pvalue: float = 0.001  # Otava must see the change itself (it gates recall and false alarms)
     recent: int = 7  # a change point further back than this is not news
     locate_tolerance: int = 2  # nights between Otava's change point and the noise test's
 
@@ -114,16 +118,27 @@ def _mad(v: np.ndarray) -> float:
     return float(np.median(np.abs(v - np.median(v))))
 
 
-def autocorr_factor(residuals: np.ndarray) -> float:
-    """Variance inflation (1 + rho) / (1 - rho) for a mean of a few autocorrelated nights."""
-    if len(residuals) < 8 or not np.any(residuals):
-        return 1.0
+def lag1_autocorr(residuals: np.ndarray) -> float:
+    """Lag-1 autocorrelation of a baseline's residuals, 0 where it is indistinguishable from
+    independent nights (and never over 0.8)."""
+    n = len(residuals)
+    if n < 8 or not np.any(residuals):
+        return 0.0
     r = residuals - residuals.mean()
     rho = float(np.dot(r[:-1], r[1:]) / np.dot(r, r))
-    if rho < 2 / math.sqrt(len(r)):  # indistinguishable from independent nights
+    if rho < 1 / math.sqrt(n):
+        return 0.0
+    # the estimate is biased low by about (1 + 4 rho) / n on a short series
+    return min(rho + (1 + 4 * rho) / n, 0.8)
+
+
+def autocorr_factor(rho: float, k: int) -> float:
+    """How much more a mean of ``k`` consecutive AR(1) nights varies than one of ``k``
+    independent nights: 1 + 2 * sum_{j<k} (1 - j/k) * rho^j (-> (1 + rho) / (1 - rho))."""
+    if rho <= 0 or k <= 1:
         return 1.0
-    rho = min(rho, 0.8)
-    return (1 + rho) / (1 - rho)
+    j = np.arange(1, k)
+    return float(1 + 2 * np.sum((1 - j / k) * rho ** j))
 
 
 def clean_outliers(x: np.ndarray, sigma: float, k: float) -> np.ndarray:
@@ -134,7 +149,7 @@ def clean_outliers(x: np.ndarray, sigma: float, k: float) -> np.ndarray:
     n = len(x)
     if sigma <= 0 or n < 3:
         return out
-    padded = np.concatenate([np.full(2, x[0]), x])
+    padded = np.concatenate([np.full(3, x[0]), x])  # window i: nights i-3 .. i-1
     left = np.median(np.lib.stride_tricks.sliding_window_view(padded, 3), axis=1)[:n]
     nxt = np.concatenate([x[1:], [np.nan]])
     nxt2 = np.concatenate([x[2:], [np.nan, np.nan]])
@@ -179,6 +194,9 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
         return Change(int(nights[-1]), t, base, float(clean[-1]),
                       worse=(dev_last > 0) == higher_worse, z=float(dev_last), drastic=True)
 
+    ks = range(s.min_nights_after, min(s.recent, n - s.min_baseline) + 1)
+    if not ks:
+        return None
     if binomial_n is None:
         # the noise itself may have changed lately: night-to-night changes over the last
         # nights (robust to one step among them) that scatter far more than the baseline's
@@ -191,7 +209,6 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     min_rel = s.min_sigmas * sigma / abs(base) if base else math.inf
     if binomial_n is None:
         min_rel = max(min_rel, s.min_rel_change)
-    ks = range(s.min_nights_after, min(s.recent, n - s.min_baseline) + 1)
     if not _worth_a_look(clean, ks, sigma, s):
         return None
     # the evidence test with the change assumed k nights back: Otava (a few ms) runs only
@@ -224,11 +241,12 @@ def _worth_a_look(x: np.ndarray, ks: range, sigma: float, s: DetectorSettings) -
     if len(before) < 3:
         return False
     level = float(np.median(before))
-    factor = autocorr_factor(before - level)
+    rho = lag1_autocorr(before - level)
     tail = x[len(x) - ks[-1]:]
     sums = np.cumsum(tail[::-1])
     for k in ks:
-        se = sigma * math.sqrt(factor / k + 1.57 / len(before))
+        se = sigma * math.sqrt(autocorr_factor(rho, k) / k
+                               + 1.57 * autocorr_factor(rho, len(before)) / len(before))
         if abs(sums[k - 1] / k - level) >= 0.8 * s.z_alert * se:
             return True
     return False
@@ -266,7 +284,7 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
         sigma_after = max(sigma_after, float(measured.std(ddof=1)))
     # ... and the nights just before it were still the baseline: a run of nights on one side
     # inside a stretch that already scatters wider is that wider noise, not a new level
-    pre = (raw if raw is not None else x)[max(lo, c - s.pre_nights):c]
+    pre = x[max(lo, c - s.pre_nights):c]
     if len(pre) >= 3 and float(np.sum((pre - pre.mean()) ** 2)) / sigma ** 2 > \
             CHI2_99[len(pre) - 1]:
         return None
@@ -277,14 +295,18 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
     w = s.last_night_slack * sigma
     after[-1] = min(max(after[-1], others.min() - w), others.max() + w)
     mean = float(after.mean())
-    factor = autocorr_factor(before - level)
-    se = math.sqrt(factor * sigma_after ** 2 / len(after) + 1.57 * sigma ** 2 / len(before))
+    rho = lag1_autocorr(before - level)
+    se = math.sqrt(autocorr_factor(rho, len(after)) * sigma_after ** 2 / len(after)
+                   + 1.57 * autocorr_factor(rho, len(before)) * sigma ** 2 / len(before))
     z = (mean - level) / se
     # sigma itself is estimated from the baseline: on a short one, ask for more
     needed = s.z_alert * math.sqrt(1 + 8 / len(before))
     if abs(z) < needed or abs(mean / level - 1) < min_rel:
         return None
-    if not (np.all(measured > level) or np.all(measured < level)):
+    # the nights after stand on the moved side: every one of up to four, all but one of more
+    # (a small step is about a sigma: one night in eight back across the old level is usual)
+    wrong = int(np.sum(measured <= level) if z > 0 else np.sum(measured >= level))
+    if wrong > (len(measured) - 1) // s.wrong_side_every:
         return None
     return level, mean, z
 
