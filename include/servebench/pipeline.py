@@ -328,6 +328,16 @@ def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressi
     return charts, files, pngs
 
 
+def _airflow_url(settings: Settings) -> str | None:
+    """The Airflow UI's base URL: ours, else Airflow's own ``[api] base_url`` (unset on a
+    local install: then the digest names runs without links)."""
+    if settings.airflow_url:
+        return settings.airflow_url
+    from airflow.configuration import conf
+
+    return conf.get("api", "base_url", fallback=None) or None
+
+
 def send_digest(summary: dict, settings: Settings | None = None) -> str:
     """Render the run's digest; post it to Slack when a token is configured, and always
     keep the Markdown (with its charts) and the HTML report beside the results. Returns
@@ -341,7 +351,8 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
     charts, files, pngs = _draw_charts(store, run_id, summary["run_date"], cells, regressions)
     requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
     levers = lever_rows(cells, requests)
-    markdown = render_digest(cells, run, settings.results_uri, regressions, charts, levers)
+    markdown = render_digest(cells, run, settings.results_uri, regressions, charts, levers,
+                             airflow_url=_airflow_url(settings))
     where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
                            markdown)
     report = store.put_text(f"reports/date={summary['run_date']}/{encode_run_id(run_id)}.html",

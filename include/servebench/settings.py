@@ -47,6 +47,9 @@ class Settings(BaseSettings):
     )
     slack_channel: str = Field("#servebench", description="channel for the digest")
     slack_conn_id: str = Field("slack_api_default", description="Airflow Slack connection")
+    airflow_url: str | None = Field(
+        None, description="Airflow UI base URL for run links in the digest "
+                          "(default: Airflow's [api] base_url; none, no links)")
     health_timeout_s: float = Field(300.0, gt=0)
     annotations: str = Field(
         "include/trends/annotations.yaml",

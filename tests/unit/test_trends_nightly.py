@@ -71,6 +71,23 @@ def test_the_digest_leads_with_the_regression(history):
     assert "**TTFT p95 +" in text and "`t / q4 / w / c1`" in text
     assert "cause: engine_version b1 -> b2" in text
     assert text.index("## Regressions") < text.index("## t")
+    assert "](http" not in text  # no Airflow URL known: runs are named, not linked
+
+
+def test_the_digest_links_the_run_and_the_change_night_in_airflow(history, day0):
+    from urllib.parse import quote
+
+    store, _, _ = history
+    alerts = store.read_table("regressions").to_pandas()
+    found = alerts[alerts["kind"] == "regression"].iloc[0]
+    cells = store.read_table("cells", run_ids=[found["run_id"]]).to_pandas()
+    run = store.read_table("runs", run_ids=[found["run_id"]]).to_pylist()[0]
+    text = render_digest(cells, run, "data", alerts[alerts["run_id"] == found["run_id"]],
+                         airflow_url="https://airflow.example.com/")
+    base = f"https://airflow.example.com/dags/{run['dag_id']}/runs/"
+    assert f"([in Airflow]({base}{quote(run['run_id'], safe='')}))" in text
+    change_day = day0 + dt.timedelta(days=20)
+    assert f"since [{change_day}]({base}{quote(found['change_run_id'], safe='')})" in text
 
 
 def test_the_digest_file_links_a_chart_of_each_change(history, monkeypatch):
@@ -105,3 +122,23 @@ def test_launch_args_are_compared_flag_by_flag_without_the_listen_address():
                     "40517", "--parallel", "1", "--no-mmap"])
     assert _flag_diff(a, a.replace("40001", "40999")) == ""
     assert _flag_diff(a, b) == "---cont-batching; +--no-mmap; --parallel 2 -> 1"
+
+
+def test_a_change_located_a_night_off_takes_the_recorded_change_night():
+    import pandas as pd
+    from servebench.trends.nightly import NOTHING_CHANGED, _attribute
+
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(6)],
+                         "run_date": [dt.date(2026, 11, 1 + i) for i in range(6)],
+                         "suite_git_sha": "abc", "sweep_hash": "h"})
+    where = {"target": "t", "stack": "llama_cpp", "variant": "q4", "workload": "w",
+             "load_point": "c1"}
+    cells = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1" if i < 3 else "b2",
+                           "launch_args": '["llama-server", "--parallel", "4"]'}
+                          for i in range(6)])
+    for located in (2, 3, 4, 5):
+        assert _attribute(cells, runs, where, located, lo=0, hi=5, tolerance=2) == (
+            3, "engine_version b1 -> b2"), located
+    assert _attribute(cells, runs, where, 4, lo=0, hi=5, tolerance=0) == (4, NOTHING_CHANGED)
+    # the baseline starts after the last alerted change: nothing before it is a cause
+    assert _attribute(cells, runs, where, 4, lo=3, hi=5, tolerance=2) == (4, NOTHING_CHANGED)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from typing import Any, Callable, Sequence
+from urllib.parse import quote
 
 import pandas as pd
 
@@ -163,7 +164,16 @@ def _cell_label(r: dict) -> str:
     return " / ".join(parts) + f" / c={fmt_int(r.get('concurrency'))}"
 
 
-def _header(run: dict, cells: pd.DataFrame, results_uri: str) -> list[str]:
+def run_url(airflow_url: str | None, dag_id: Any, run_id: Any) -> str | None:
+    """The Airflow UI page of a DAG run, when the Airflow base URL is known."""
+    if not airflow_url or is_missing(dag_id) or is_missing(run_id):
+        return None
+    return (f"{airflow_url.rstrip('/')}/dags/{quote(str(dag_id), safe='')}"
+            f"/runs/{quote(str(run_id), safe='')}")
+
+
+def _header(run: dict, cells: pd.DataFrame, results_uri: str,
+            airflow_url: str | None = None) -> list[str]:
     sweep = fmt_text(run.get("sweep_name"))
     date = fmt_text(run.get("run_date") or run.get("logical_date"))
     sha = fmt_text(run.get("suite_git_sha"))
@@ -172,7 +182,9 @@ def _header(run: dict, cells: pd.DataFrame, results_uri: str) -> list[str]:
     lines = [
         f"# servebench digest: {sweep} ({date})",
         "",
-        f"- **run**: `{fmt_text(run.get('run_id'))}`",
+        f"- **run**: `{fmt_text(run.get('run_id'))}`" + (
+            f" ([in Airflow]({url}))" if (url := run_url(airflow_url, run.get("dag_id"),
+                                                         run.get("run_id"))) else ""),
         f"- **sweep**: {sweep}"
         + (f" (`{run['sweep_file']}`)" if not is_missing(run.get("sweep_file")) else ""),
         f"- **suite git sha**: `{sha[:12]}`",
@@ -187,7 +199,7 @@ KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),
                ("newly_failing", "Newly failing cells"))
 
 
-def alert_line(r: dict) -> str:
+def alert_line(r: dict, airflow_url: str | None = None, dag_id: str | None = None) -> str:
     from servebench.trends.series import metric_label
 
     where = " / ".join(fmt_text(r.get(k)) for k in ("target", "variant", "workload",
@@ -199,9 +211,12 @@ def alert_line(r: dict) -> str:
     drastic = " (drastic, one night)" if r.get("drastic") is True else ""
     nights = r.get("nights_since")
     nights = MISSING if is_missing(nights) else f"{int(nights)} night{'s' * (int(nights) != 1)}"
+    since = fmt_text(r.get("change_date"))
+    url = run_url(airflow_url, dag_id, r.get("change_run_id"))
+    since = f"[{since}]({url})" if url else since
     return (f"**{metric_label(fmt_text(r.get('metric')))} {change}** `{where}`: "
             f"{_level(r.get('before'))} -> {_level(r.get('after'))} since "
-            f"{fmt_text(r.get('change_date'))} ({nights}){drastic}")
+            f"{since} ({nights}){drastic}")
 
 
 def _level(v: Any) -> str:
@@ -211,14 +226,16 @@ def _level(v: Any) -> str:
     return fmt_num(v)
 
 
-def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = None) -> list[str]:
+def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = None,
+                     airflow_url: str | None = None, dag_id: str | None = None) -> list[str]:
     """Markdown for the night's alerts, regressions first, grouped into findings (alerts with
-    one change night, kind and cause) with the cause said once, each linking its chart."""
+    one change night, kind and cause) with the cause said once, each linking its chart and,
+    when the Airflow URL is known, the run of its change night."""
     charts = charts or {}
 
     def line(r: dict) -> str:
         chart = charts.get(r.get("series_id"))
-        return alert_line(r) + (f" ([chart]({chart}))" if chart else "")
+        return alert_line(r, airflow_url, dag_id) + (f" ([chart]({chart}))" if chart else "")
 
     titled = [kind for kind, _ in KIND_TITLES]
     if regressions is None or not regressions["kind"].isin(titled).any():
@@ -270,14 +287,15 @@ def lever_table(rows: list[dict], markdown: bool = True) -> str:
 def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                   regressions: pd.DataFrame | None = None,
                   charts: dict[str, str] | None = None,
-                  levers: list[dict] | None = None) -> str:
+                  levers: list[dict] | None = None, airflow_url: str | None = None) -> str:
     """Markdown digest of one run: header, what changed since the nights before (when the
     detect task ran), a table per target, then invalid/failed cells. ``charts`` maps a
-    series_id or ``target:<name>`` to a PNG beside the digest."""
+    series_id or ``target:<name>`` to a PNG beside the digest; ``airflow_url`` (the UI's base
+    URL) links the run and each change's night."""
     charts = charts or {}
-    out = _header(run, cells, results_uri)
+    out = _header(run, cells, results_uri, airflow_url)
     if regressions is not None:
-        out += regression_lines(regressions, charts)
+        out += regression_lines(regressions, charts, airflow_url, run.get("dag_id"))
     records = cell_records(cells)
     if not records:
         return "\n".join(out + ["", "_No cells in this run._"]) + "\n"

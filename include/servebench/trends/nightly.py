@@ -8,8 +8,9 @@
 
 Each regression or improvement is **attributed**: the provenance of the night before the change
 and of the change night is compared (engine version, launch args, model file, sampling, hardware
-and CPU features, suite git sha, sweep) and what changed is named -- or, when nothing recorded
-changed, it says so (the host or noise). Alerts that share a change night, a kind and a cause are
+and CPU features, suite git sha, sweep) and what changed is named -- a recorded change within
+the detector's locate tolerance of its night is taken as the change night -- or, when nothing
+recorded changed, it says so (the host or noise). Alerts that share a change night, a kind and a cause are
 one **finding** (an engine upgrade that slows 40 series is one regression, not 40).
 """
 
@@ -65,16 +66,21 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
                         binomial_n=int(n.iloc[-1]) if len(n) else None, settings=settings)
         if change is None:
             continue
+        # a drastic jump is tonight, exactly; a change found over several nights is placed to
+        # within the detector's locate tolerance
+        tolerance = 0 if change.drastic else (settings or DetectorSettings()).locate_tolerance
+        night, cause = _attribute(cells, runs, first, change.night, lo=start, hi=tonight,
+                                  tolerance=tolerance)
         rows.append({
             "series_id": sid, **_where(first), "metric": first["metric"],
             "kind": "regression" if change.worse else "improvement",
             "before": change.before, "after": change.after,
             "change_pct": 100 * change.rel_change if math.isfinite(change.rel_change) else None,
             "z": change.z, "drastic": change.drastic,
-            "change_date": runs["run_date"].iloc[change.night],
-            "change_run_id": runs["run_id"].iloc[change.night],
-            "nights_since": tonight - change.night + 1,
-            "cause": _cause(cells, runs, first, change.night),
+            "change_date": runs["run_date"].iloc[night],
+            "change_run_id": runs["run_id"].iloc[night],
+            "nights_since": tonight - night + 1,
+            "cause": cause,
         })
     rows += _newly_failing(cells, runs, tonight)
     rows += _gate_failures(cells, run_id)
@@ -116,6 +122,21 @@ def _cell_at(cells: pd.DataFrame, run_id: str, row: dict) -> dict | None:
         mask &= cells[key] == row[key]
     found = cells[mask]
     return found.iloc[0].to_dict() if not found.empty else None
+
+
+def _attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *, lo: int,
+               hi: int, tolerance: int) -> tuple[int, str]:
+    """(change night, cause): the detector places a change to within ``tolerance`` nights
+    (Otava's split and the noise test can land a night off when few nights follow it), so a
+    recorded provenance change that near -- the nearest, the detector's own night first -- is
+    the change night and its cause; else the detector's night, with nothing recorded changed."""
+    for offset in sorted(range(-tolerance, tolerance + 1), key=lambda d: (abs(d), d)):
+        candidate = night + offset
+        if lo < candidate <= hi:
+            cause = _cause(cells, runs, row, candidate)
+            if cause != NOTHING_CHANGED:
+                return candidate, cause
+    return night, _cause(cells, runs, row, night)
 
 
 def _cause(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int) -> str:
