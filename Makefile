@@ -33,7 +33,7 @@ run: setup airflow-db
 test: setup airflow-db
 	$(BIN)/python -m pytest
 
-# the seventeen-night local proof of the trends (timing-sensitive, so not in `make test`)
+# the eighteen-night local proof of the trends alone (`make test` runs it too)
 proof: setup airflow-db
 	$(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
 

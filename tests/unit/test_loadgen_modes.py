@@ -57,9 +57,12 @@ def test_open_loop_poisson_follows_its_schedule() -> None:
     sent = np.array([r.sent_at for r in res.records])
     lag = sent - sched
     assert lag.min() >= 0 and np.median(lag) < 0.003, np.percentile(lag, [50, 99])
-    # what the server saw has the same statistics (received times, warm-up excluded)
+    # what the server saw follows the same schedule (received times, warm-up excluded), over
+    # the central 90% of arrivals: the server is a thread of this process, and one late
+    # GIL hand-over at either end says nothing about the client's schedule
     recv = np.sort([q["received_at"] for q in truth if not q["request_id"].endswith((":0", ":1", ":2", ":3", ":4"))])
-    assert np.diff(recv).mean() == pytest.approx(1 / rate, rel=0.15)
+    lo, hi = n // 20, n - n // 20
+    assert recv[hi] - recv[lo] == pytest.approx(expected[hi] - expected[lo], rel=0.15)
     assert res.send_lag.n == n and res.queue_wait is None
     assert res.window_start >= max(r.done_at for r in res.warmup_records)     # warm-up excluded
 
