@@ -76,6 +76,17 @@ def test_a_drastic_jump_alerts_the_same_morning():
     assert change is not None and change.drastic and change.night == 70 and change.worse
 
 
+def test_a_drastic_night_that_finishes_a_change_dates_it_from_its_start():
+    """Two nights already well off (too few for the evidence test), then a jump: the change
+    began with the first of them, which is what attribution must look at."""
+    x = noise(2)
+    x[68:70] *= 1.4
+    x[70] *= 2.0
+    change = detect(x[:71], "higher_is_worse")
+    assert change is not None and change.drastic and change.night == 68
+    assert change.after == pytest.approx(x[68:71].mean())
+
+
 def test_accuracy_uses_binomial_noise():
     rng = np.random.default_rng(4)
     acc = rng.binomial(200, 0.93, size=NIGHTS) / 200

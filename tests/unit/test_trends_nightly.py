@@ -142,3 +142,25 @@ def test_a_change_located_a_night_off_takes_the_recorded_change_night():
     assert _attribute(cells, runs, where, 4, lo=0, hi=5, tolerance=0) == (4, NOTHING_CHANGED)
     # the baseline starts after the last alerted change: nothing before it is a cause
     assert _attribute(cells, runs, where, 4, lo=3, hi=5, tolerance=2) == (4, NOTHING_CHANGED)
+
+
+def test_a_latency_component_jump_with_e2e_unchanged_is_not_a_regression():
+    """One night with first tokens sooner and decoding interleaved (TTFT p50 -38%, ITL p95 x5)
+    takes as long end to end: no drastic alert. The same ITL jump with E2E up is one."""
+    import pandas as pd
+    from servebench.trends.detect import DetectorSettings
+    from servebench.trends.nightly import _totals_moved
+
+    rng = np.random.default_rng(3)
+    nights = 16
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(nights)], "night": range(nights)})
+    where = {"target": "t", "stack": "llama_cpp", "variant": "v", "workload": "w",
+             "load_point": "c4"}
+    cells = pd.DataFrame([{**where, "run_id": f"r{i}", "status": "ok",
+                           "e2e_ms_p50": 43 + rng.normal(0, 1.5),
+                           "e2e_ms_p95": 51 + rng.normal(0, 4)} for i in range(nights)])
+    s = DetectorSettings()
+    assert not _totals_moved(cells, runs, where, 0, nights - 1, s)
+    cells.loc[nights - 1, "e2e_ms_p50"] = 60.0  # +40% end to end: a regression
+    assert _totals_moved(cells, runs, where, 0, nights - 1, s)
+    assert _totals_moved(cells.iloc[:3], runs, where, 0, 2, s)  # too few nights: it stands
