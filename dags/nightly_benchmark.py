@@ -38,10 +38,10 @@ def nightly_benchmark():
         return plan["units"]  # one mapped bench task per (target, variant)
 
     @setup
-    def provision(run_id=None) -> dict:
+    def provision(plan: dict, run_id=None) -> dict:
         from servebench.pipeline import provision as provision_hosts
 
-        return provision_hosts(run_id)
+        return provision_hosts(plan, run_id)  # each target's provision kind acquires
 
     # one variant at a time: cells on a shared host must not measure each other
     @task(max_active_tis_per_dag=1, execution_timeout=timedelta(hours=2))
@@ -78,8 +78,7 @@ def nightly_benchmark():
         return send_digest(summary)
 
     planned = plan()
-    hosts = provision()
-    planned >> hosts  # nothing is provisioned for a sweep that fails to plan
+    hosts = provision(planned)  # nothing is provisioned for a sweep that fails to plan
     benched = bench.partial(plan=planned, provisioned=hosts).expand(unit=units(planned))
     benched >> release(hosts)  # the argument links the teardown to its setup
     published = publish(planned)

@@ -188,7 +188,8 @@ class SpeculativeSpec(_Strict):
 
 
 class EndpointSpec(_Strict):
-    """A hosted OpenAI-compatible API (stack ``openai_api``): nothing is launched.
+    """A server that already runs: a hosted OpenAI-compatible API (stack ``openai_api``), or
+    any stack's server on a target with ``provision: {kind: static}``. Nothing is launched.
 
     The base URL and key come from an Airflow connection (``conn_id``: host = base URL,
     password = API key) or, without one, from ``base_url`` and the environment variable named
@@ -247,14 +248,53 @@ class VariantSpec(_Strict):
     endpoint: EndpointSpec | None = Field(None, description="hosted API (stack openai_api)")
 
 
+class LocalProvision(_Strict):
+    """Each variant's server is started as a process on the worker that runs its bench task,
+    and stopped after it (the teardown task stops any that a crash left)."""
+
+    kind: Literal["local"]
+
+
+class StaticProvision(_Strict):
+    """Servers that already run -- a shared GPU box, a vLLM or llama.cpp server someone else
+    runs, a hosted API: each variant names its own in ``endpoint``; nothing is launched or
+    torn down; each is health-checked before its cells run. The variant's ``model`` must be
+    the name the server answers with."""
+
+    kind: Literal["static"]
+    hardware: str | None = Field(
+        None, description="what the servers run on, recorded as the cells' hardware (their "
+        "trend series key on it); default: 'static endpoint <host>'")
+    health_path: str | None = Field(
+        None, description="probed (GET, 200) before use; default: the stack's own "
+        "(/health; /models for openai_api)")
+    metrics_path: str | None = Field(
+        "/metrics", description="Prometheus metrics to scrape per cell (None: none)")
+    health_timeout_s: float = Field(60.0, gt=0)
+
+
+Provision = Annotated[LocalProvision | StaticProvision, Field(discriminator="kind")]
+# stacks that serve nothing themselves: only ever static
+HOSTED_STACKS = frozenset({"openai_api"})
+
+
 class TargetSpec(_Strict):
-    """A model served by one stack, in one or more variants; ``baseline`` is the reference."""
+    """A model served by one stack, in one or more variants; ``baseline`` is the reference.
+    ``provision`` says where the servers come from (default: local; static for a hosted
+    API)."""
 
     name: str
     stack: str
     variants: list[VariantSpec] = Field(min_length=1)
     baseline: str | None = None
     golden_sets: list[str] = Field(default_factory=list)
+    provision: Provision | None = None
+
+    @property
+    def provision_kind(self) -> str:
+        if self.provision is not None:
+            return self.provision.kind
+        return "static" if self.stack in HOSTED_STACKS else "local"
 
     @model_validator(mode="after")
     def _check_variants(self) -> TargetSpec:
@@ -264,6 +304,17 @@ class TargetSpec(_Strict):
             raise ValueError(f"duplicate variant names {dupes}")
         if self.baseline is not None and self.baseline not in names:
             raise ValueError(f"baseline {self.baseline!r} is not one of the variants {names}")
+        kind = self.provision_kind
+        if self.stack in HOSTED_STACKS and kind != "static":
+            raise ValueError(f"provision.kind {kind!r}: stack {self.stack!r} is a hosted API; "
+                             "it can only be provision kind 'static'")
+        for variant in self.variants:
+            if kind == "static" and variant.endpoint is None:
+                raise ValueError(f"variant {variant.name!r} has no endpoint: with provision "
+                                 "kind 'static' each variant names the server it measures")
+            if kind != "static" and variant.endpoint is not None:
+                raise ValueError(f"variant {variant.name!r} sets endpoint, which only a "
+                                 f"target with provision kind 'static' uses (this is {kind!r})")
         return self
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from pathlib import Path
 
 import pyarrow as pa
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -23,7 +22,7 @@ from servebench.notify.digest import render_digest
 from servebench.notify.html import render_report
 from servebench.notify.slack import post_digest
 from servebench.provenance import hardware, suite_git_sha
-from servebench.provision.local import LocalProvisioner
+from servebench.provision import get_provisioner, provision_kinds
 from servebench.results.contract import enforce, validate_run
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore, encode_run_id
@@ -104,8 +103,9 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
         for problem in adapter.sampling_problems(spec.sampling):
             problems.append(f"{path}: field sampling: {target.stack} (target {target.name}): "
                             f"{problem}")
+        provisioner = get_provisioner(target.provision_kind)
         for v_idx, variant in enumerate(target.variants):
-            for problem in adapter.check(variant, settings):
+            for problem in provisioner.check(target, variant, adapter, settings):
                 problems.append(
                     f"{where}.variants[{v_idx}](name={variant.name}): {target.stack}: {problem}"
                 )
@@ -123,7 +123,8 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
     if problems:
         raise PlanError(f"{path}: sweep cannot run:\n  " + "\n  ".join(problems))
     units = [
-        {"target": t.name, "variant": v.name, "stack": t.stack, "unit_id": unit_id(t.name, v.name)}
+        {"target": t.name, "variant": v.name, "stack": t.stack, "unit_id": unit_id(t.name, v.name),
+         "provision": t.provision_kind}
         for t in spec.targets
         for v in t.variants
     ]
@@ -140,28 +141,39 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
 
 
 # -- provision / teardown --------------------------------------------------------------------
-def _state_dir(run_id: str, settings: Settings) -> Path:
-    return settings.work_dir / encode_run_id(run_id)
-
-
-def provision(run_id: str, settings: Settings | None = None) -> dict:
-    """Local provisioner: a state folder that records every server this run starts."""
+def provision(plan: dict, run_id: str, settings: Settings | None = None) -> dict:
+    """The setup task: each provision kind the plan's targets use acquires what they need;
+    returns each kind's state for the bench and teardown tasks."""
     settings = settings or get_settings()
-    state = _state_dir(run_id, settings)
-    LocalProvisioner(state)  # creates the folder
-    return {"kind": "local", "state_dir": str(state), "host": "127.0.0.1"}
+    spec = SweepSpec.model_validate(plan["spec"])
+    kinds: dict[str, list] = {}
+    for target in spec.targets:
+        kinds.setdefault(target.provision_kind, []).append(target)
+    state = {}
+    for kind, targets in kinds.items():
+        state[kind] = get_provisioner(kind).acquire(run_id, targets, settings)
+        log.info("provisioned %s for %s", kind, [t.name for t in targets])
+    return {"run_id": run_id, "kinds": state}
 
 
 def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = None) -> list:
-    """Stop every server the run left running; works without the setup task's output."""
+    """The teardown task: every kind releases what the run still holds. Works without the
+    setup task's output (it failed, or was cleared): each kind then finds the run's leftovers
+    from the run id. A kind that fails to release is raised after the others released."""
     settings = settings or get_settings()
-    state = Path(provisioned["state_dir"]) if provisioned else _state_dir(run_id, settings)
-    if not state.exists():
-        return []
-    reaped = LocalProvisioner(state).reap()
-    if reaped:
-        log.warning("teardown stopped leaked servers: %s", reaped)
-    return reaped
+    states = (provisioned or {}).get("kinds") or {kind: None for kind in provision_kinds()}
+    released, errors = [], []
+    for kind, state in states.items():
+        try:
+            released += get_provisioner(kind).attach(run_id, state, settings).release()
+        except (OSError, RuntimeError) as exc:  # the others must still release theirs
+            log.exception("releasing %s failed", kind)
+            errors.append(f"{kind}: {exc}")
+    if released:
+        log.warning("teardown stopped what the run left: %s", released)
+    if errors:
+        raise RuntimeError("teardown could not release everything: " + "; ".join(errors))
+    return released
 
 
 # -- bench -----------------------------------------------------------------------------------
@@ -171,10 +183,10 @@ def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
     spec = SweepSpec.model_validate(plan["spec"])
     target = spec.target(unit["target"])
     variant = next(v for v in target.variants if v.name == unit["variant"])
-    runner = VariantRunner(
-        spec, target, variant, run_id=run_id, settings=settings,
-        provisioner=LocalProvisioner(Path(provisioned["state_dir"])), hardware=hardware(),
-    )
+    kind = target.provision_kind
+    provisioner = get_provisioner(kind).attach(run_id, provisioned["kinds"].get(kind), settings)
+    runner = VariantRunner(spec, target, variant, run_id=run_id, settings=settings,
+                           provisioner=provisioner)
     result = runner.run()
     store = open_store(settings)
     for name in TABLES:

@@ -18,8 +18,8 @@ from servebench.cost import cost_fields
 from servebench.evals.runner import EvalOutcome, run_golden_set
 from servebench.loadgen.engine import LoadSpec, run_load_sync
 from servebench.metrics import Slo, ValidityChecks, compute_cell_metrics
-from servebench.provision.local import LocalProvisioner, free_port
 from servebench.provenance import file_sha256
+from servebench.provision.base import Endpoint, LaunchError, Provisioner
 from servebench.results.schema import CELLS
 from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter, get_stack
@@ -41,18 +41,6 @@ class VariantResult:
     cells: list[dict] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a variant is served and how to talk to it: a launched server or a hosted API."""
-
-    base_url: str
-    served_model: str
-    chat_path: str
-    metrics_path: str | None = None
-    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may carry a key
-    argv: list[str] | None = None  # the launch command, for provenance
 
 
 def _first(text: str) -> str:
@@ -78,15 +66,14 @@ class VariantRunner:
         *,
         run_id: str,
         settings: Settings,
-        provisioner: LocalProvisioner,
-        hardware: str,
+        provisioner: Provisioner,
     ):
         self.spec, self.target, self.variant = spec, target, variant
         self.run_id, self.settings, self.provisioner = run_id, settings, provisioner
         self.adapter: StackAdapter = get_stack(target.stack)
-        self.hardware = hardware
+        self.hardware = provisioner.hardware(target)
         self.result = VariantResult()
-        self._server = None  # the server this runner launched, while it runs
+        self._endpoint: Endpoint | None = None  # the variant's server, while it is measured
 
     # -- rows -------------------------------------------------------------------------------
     def _base_row(self, workload: str, point: LoadPoint, argv: list[str] | None) -> dict:
@@ -122,41 +109,29 @@ class VariantRunner:
 
     # -- run --------------------------------------------------------------------------------
     def run(self) -> VariantResult:
-        self._engine_version = self.adapter.version(self.settings)
-        problems = self.adapter.check(self.variant, self.settings)
+        self._engine_version = self.provisioner.engine_version(self.adapter)
+        problems = self.provisioner.check(self.target, self.variant, self.adapter, self.settings)
         if problems:
             self._failed_cells("; ".join(problems), None)
             return self.result
-        static = self.adapter.static_endpoint(self.variant, self.settings)
-        if static is not None:  # a hosted API: nothing to launch or stop
-            self._run_on(Endpoint(static.base_url, static.served_model, static.chat_path,
-                                  headers=static.headers))
-            return self.result
-        port = free_port()
-        launch = self.adapter.local_launch(
-            self.variant, host="127.0.0.1", port=port, settings=self.settings
-        )
         name = unit_id(self.target.name, self.variant.name)
         try:
-            server = self.provisioner.start(
-                name, launch.argv, port=port, health_path=launch.health_path, env=launch.env,
-                timeout_s=self.settings.health_timeout_s,
-            )
+            endpoint = self.provisioner.launch(name, self.target, self.variant, self.adapter)
         except Exception as exc:  # launch failure is data: every cell records why
             log.exception("launch of %s failed", name)
-            self._failed_cells(f"launch failed: {exc}", launch.argv)
+            self._failed_cells(f"launch failed: {exc}",
+                               exc.argv if isinstance(exc, LaunchError) else None)
             return self.result
-        self._server = server
+        self._endpoint = endpoint
         try:
-            self._run_on(Endpoint(server.base_url, launch.served_model, self.adapter.chat_path,
-                                  launch.metrics_path, argv=launch.argv))
+            self._run_on(endpoint)
         finally:
-            self.provisioner.stop(server)
+            self.provisioner.stop(endpoint)
         return self.result
 
     def _server_died(self) -> str | None:
-        """How the launched server ended, if it has (a hosted endpoint: never known)."""
-        return self.provisioner.exited(self._server) if self._server is not None else None
+        """How the variant's server ended, if it has and its provisioner can tell."""
+        return self.provisioner.exited(self._endpoint) if self._endpoint is not None else None
 
     def _tokenizer(self, endpoint: Endpoint) -> Tokenizer:
         if self.adapter.tokenize_path:  # the server's own tokenizer is the ground truth
@@ -236,13 +211,13 @@ class VariantRunner:
             LoadSpec.open(point.request_rate, arrival=self.spec.load.arrival,
                           burstiness=self.spec.load.burstiness, seed=self.spec.load.seed,
                           max_concurrency=point.concurrency)
-        before = scrape(endpoint.base_url, endpoint.metrics_path)
+        before = scrape(endpoint.base_url, endpoint.metrics_path, headers=endpoint.headers)
         load = run_load_sync(
             endpoint.base_url, endpoint.chat_path, bodies, load_spec, warmup=warmup,
             cell_id=cid, timeout_s=self.spec.load.request_timeout_s, headers=endpoint.headers,
             prompt_tokens_requested=[p.input_tokens for p in items],
         )
-        after = scrape(endpoint.base_url, endpoint.metrics_path)
+        after = scrape(endpoint.base_url, endpoint.metrics_path, headers=endpoint.headers)
         server_delta = deltas(before, after)
         # what the workload asked for, not what the body said: an override that changed the
         # length must show up as a mismatch, not move the goalposts

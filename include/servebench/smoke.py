@@ -20,7 +20,8 @@ from pathlib import Path
 import httpx
 
 from servebench.config import SweepSpec, TargetSpec, VariantSpec
-from servebench.provision.local import LocalProvisioner, ServerLaunchError, free_port
+from servebench.provision.base import LaunchError
+from servebench.provision.local import LocalProvisioner
 from servebench.settings import Settings
 from servebench.stacks.base import get_stack
 
@@ -50,7 +51,7 @@ class SmokeResult:
 def smoke_sweep(spec: SweepSpec, settings: Settings, state_dir: Path, *,
                 stacks: set[str] | None = None) -> list[SmokeResult]:
     """Smoke every launchable variant of ``spec`` (of ``stacks`` only, when given)."""
-    provisioner = LocalProvisioner(state_dir)
+    provisioner = LocalProvisioner(state_dir, settings)
     results = []
     for target in spec.targets:
         if stacks and target.stack not in stacks:
@@ -65,33 +66,29 @@ def smoke_sweep(spec: SweepSpec, settings: Settings, state_dir: Path, *,
 
 def smoke_variant(spec: SweepSpec, target: TargetSpec, variant: VariantSpec,
                   settings: Settings, provisioner: LocalProvisioner) -> SmokeResult | None:
-    """Launch, load, stop one variant; None for a hosted endpoint (nothing is launched)."""
-    adapter = get_stack(target.stack)
-    if adapter.static_endpoint(variant, settings) is not None:
+    """Launch, load, stop one variant; None for a target that is not launched here."""
+    if target.provision_kind != LocalProvisioner.kind:
         return None
+    adapter = get_stack(target.stack)
 
     def result(problem: str | None) -> SmokeResult:
         return SmokeResult(target.name, variant.name, variant.model, problem)
 
-    problems = adapter.check(variant, settings)
+    problems = provisioner.check(target, variant, adapter, settings)
     if problems:
         return result("; ".join(problems))
-    port = free_port()
-    launch = adapter.local_launch(variant, host="127.0.0.1", port=port, settings=settings)
-    try:
-        server = provisioner.start(
-            f"smoke-{target.name}--{variant.name}", launch.argv, port=port,
-            health_path=launch.health_path, env=launch.env, timeout_s=settings.health_timeout_s,
-        )
-    except ServerLaunchError as exc:
+    try:  # launched exactly as the benchmark launches it
+        server = provisioner.launch(f"smoke-{target.name}--{variant.name}", target, variant,
+                                    adapter)
+    except LaunchError as exc:
         return result(f"launch failed: {exc}")
     try:
         body = adapter.chat_body(
-            served_model=launch.served_model,
+            served_model=server.served_model,
             messages=[{"role": "user", "content": SMOKE_PROMPT}],
             sampling=spec.sampling, max_tokens=SMOKE_TOKENS, force_length=True, variant=variant,
         )
-        url = server.base_url + adapter.chat_path
+        url = server.base_url + server.chat_path
         with httpx.Client(timeout=spec.load.request_timeout_s) as client, \
                 ThreadPoolExecutor(variant.max_num_seqs) as pool:
             answers = list(pool.map(lambda _: _post(client, url, body),

@@ -22,12 +22,14 @@ _PREFIX_CACHE_COUNTERS = [
 ]
 
 
-def scrape(base_url: str, path: str | None, timeout_s: float = 10.0) -> dict[str, float] | None:
-    """Samples keyed by name (and labels); None when the stack has no metrics endpoint."""
+def scrape(base_url: str, path: str | None, timeout_s: float = 10.0,
+           headers: dict[str, str] | None = None) -> dict[str, float] | None:
+    """Samples keyed by name (and labels); None when the stack has no metrics endpoint.
+    ``headers`` carry the endpoint's key where its metrics need one (llama.cpp --api-key)."""
     if path is None:
         return None
     try:
-        resp = httpx.get(base_url + path, timeout=timeout_s)
+        resp = httpx.get(base_url + path, timeout=timeout_s, headers=headers)
         resp.raise_for_status()
     except httpx.HTTPError as exc:
         log.warning("metrics scrape of %s%s failed: %s", base_url, path, exc)

@@ -6,9 +6,7 @@ Runs one variant at a time through the same VariantRunner the DAG uses (needs `m
 
 import pytest
 import yaml
-
 from servebench.config import parse_sweep
-from servebench.provenance import hardware
 from servebench.provision.local import LocalProvisioner
 from servebench.runner import VariantRunner
 from servebench.settings import PROJECT_ROOT, get_settings
@@ -37,7 +35,7 @@ def _run(tmp_path, load=None, **variant):
     spec = _spec(load, **variant)
     target = spec.targets[0]
     runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
-                           provisioner=LocalProvisioner(tmp_path), hardware=hardware())
+                           provisioner=LocalProvisioner(tmp_path))
     result = runner.run()
     assert not list(tmp_path.glob("*.server.json"))  # the server was stopped
     [cell] = result.cells
@@ -96,7 +94,7 @@ def test_a_golden_set_that_cannot_run_leaves_perf_rows_without_validity(tmp_path
     spec = _spec()
     target = spec.targets[0].model_copy(update={"golden_sets": ["addition"]})
     runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
-                           provisioner=LocalProvisioner(tmp_path), hardware=hardware())
+                           provisioner=LocalProvisioner(tmp_path))
     [cell] = runner.run().cells
     assert cell["status"] == "invalid"
     assert cell["reason"].startswith("no quality number: golden set addition failed")

@@ -11,9 +11,7 @@ import time
 
 import pytest
 import yaml
-
 from servebench.config import parse_sweep
-from servebench.provenance import hardware
 from servebench.provision.local import LocalProvisioner
 from servebench.runner import VariantRunner
 from servebench.settings import PROJECT_ROOT, get_settings
@@ -53,7 +51,7 @@ def test_a_server_killed_mid_run_fails_its_cells_with_the_signal(tmp_path):
     killer = threading.Thread(target=_kill_when_serving, args=(tmp_path, 3.0), daemon=True)
     killer.start()
     runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
-                           provisioner=LocalProvisioner(tmp_path), hardware=hardware())
+                           provisioner=LocalProvisioner(tmp_path))
     result = runner.run()
     killer.join(timeout=5)
     assert len(result.cells) == 2

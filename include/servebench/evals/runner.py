@@ -19,7 +19,7 @@ from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter
 
 if TYPE_CHECKING:
-    from servebench.runner import Endpoint
+    from servebench.provision.base import Endpoint
 
 
 @dataclass

@@ -1,0 +1,13 @@
+"""Provisioners: where a variant's server comes from; importing this package registers each
+kind (``servebench.provision.base`` has the interface and the life cycle)."""
+
+from servebench.provision import local, static  # noqa: F401
+from servebench.provision.base import (
+    Endpoint,
+    LaunchError,
+    Provisioner,
+    get_provisioner,
+    provision_kinds,
+)
+
+__all__ = ["Endpoint", "LaunchError", "Provisioner", "get_provisioner", "provision_kinds"]

@@ -1,8 +1,9 @@
-"""The local provisioner: serving stacks as subprocesses on this host.
+"""The local provisioner (``provision: {kind: local}``, the default): serving stacks as
+subprocesses on the worker that runs the bench task.
 
 Every server is started in its own session (process group) and recorded in a pid file under
 the run's state folder, so the teardown task -- a different process, maybe a different try --
-can stop whatever a crashed task left behind. ``reap`` is that teardown.
+can stop whatever a crashed task left behind. ``reap`` (``release``) is that teardown.
 """
 
 from __future__ import annotations
@@ -21,10 +22,20 @@ from pathlib import Path
 
 import httpx
 
+from servebench.provenance import hardware
+from servebench.provision.base import (
+    Endpoint,
+    LaunchError,
+    Provisioner,
+    register_provisioner,
+)
+from servebench.results.store import encode_run_id
+from servebench.settings import Settings, get_settings
+
 log = logging.getLogger(__name__)
 
 
-class ServerLaunchError(RuntimeError):
+class ServerLaunchError(LaunchError):
     """A server exited or never became healthy; the message carries its log tail."""
 
 
@@ -60,13 +71,52 @@ def _log_tail(path: Path, lines: int = 30) -> str:
         return "<no log>"
 
 
-class LocalProvisioner:
+@register_provisioner
+class LocalProvisioner(Provisioner):
     """Starts, health-checks and always stops local server processes for one run."""
 
-    def __init__(self, state_dir: Path):
+    kind = "local"
+
+    def __init__(self, state_dir: Path, settings: Settings | None = None):
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.settings = settings or get_settings()
         self._procs: dict[int, subprocess.Popen] = {}  # servers this process started, by pid
+
+    # -- the Provisioner interface ----------------------------------------------------------
+    @staticmethod
+    def _state_dir(run_id: str, settings: Settings) -> Path:
+        return settings.work_dir / encode_run_id(run_id)
+
+    @classmethod
+    def acquire(cls, run_id, targets, settings) -> dict:
+        """A state folder that records every server this run starts."""
+        return {"state_dir": str(cls(cls._state_dir(run_id, settings), settings).state_dir)}
+
+    @classmethod
+    def attach(cls, run_id, state, settings) -> LocalProvisioner:
+        state_dir = Path(state["state_dir"]) if state else cls._state_dir(run_id, settings)
+        return cls(state_dir, settings)
+
+    def launch(self, name, target, variant, adapter) -> Endpoint:
+        port = free_port()
+        launch = adapter.local_launch(variant, host="127.0.0.1", port=port,
+                                      settings=self.settings)
+        try:
+            server = self.start(name, launch.argv, port=port, health_path=launch.health_path,
+                                env=launch.env, timeout_s=self.settings.health_timeout_s)
+        except LaunchError as exc:
+            exc.argv = launch.argv  # the failed rows record what was launched
+            raise
+        return Endpoint(server.base_url, launch.served_model, adapter.chat_path,
+                        launch.metrics_path, argv=launch.argv, name=server.name,
+                        pid=server.pid)
+
+    def hardware(self, target) -> str:
+        return hardware()
+
+    def release(self) -> list[str]:
+        return self.reap()
 
     def _pid_file(self, name: str) -> Path:
         return self.state_dir / f"{name}.server.json"
@@ -82,7 +132,7 @@ class LocalProvisioner:
         host: str = "127.0.0.1",
         timeout_s: float = 300.0,
     ) -> RunningServer:
-        log_path = self.state_dir / f"{name}.log"
+        log_path = self._log_path(name)
         log.info("starting %s: %s", name, " ".join(argv))
         with open(log_path, "ab") as log_file:
             proc = subprocess.Popen(
@@ -128,16 +178,19 @@ class LocalProvisioner:
             f"log tail:\n{_log_tail(server.log_path)}"
         )
 
-    def exited(self, server: RunningServer) -> str | None:
+    def exited(self, server: RunningServer | Endpoint) -> str | None:
         """How a server this provisioner started has ended (``killed by SIGSEGV (-11)``), with
         its log tail; None while it still runs."""
         proc = self._procs.get(server.pid)
         if proc is None or proc.poll() is None:
             return None
         return f"{server.name} {describe_exit(proc.returncode)}\nlog tail:\n" \
-               f"{_log_tail(server.log_path)}"
+               f"{_log_tail(self._log_path(server.name))}"
 
-    def stop(self, server: RunningServer, grace_s: float = 10.0) -> None:
+    def _log_path(self, name: str) -> Path:
+        return self.state_dir / f"{name}.log"
+
+    def stop(self, server: RunningServer | Endpoint, grace_s: float = 10.0) -> None:
         _terminate_group(server.pid, grace_s)
         proc = self._procs.pop(server.pid, None)
         if proc is not None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 
 from servebench.config import EndpointSpec, SamplingSpec, VariantSpec
+from servebench.provision.static import connection, locate
 from servebench.settings import Settings
 from servebench.stacks.base import (
     ContainerLaunch,
@@ -42,17 +43,6 @@ EXACT_LENGTH_PROBLEM = (
 # fields of the variant that describe a server we launch; a hosted API has none of them
 _LAUNCH_FIELDS = ("kv_cache_dtype", "max_num_batched_tokens", "speculative", "image",
                   "gpu_memory_utilization")
-
-
-def _connection(conn_id: str) -> tuple[str | None, str | None]:
-    """(base URL, API key) from an Airflow connection."""
-    from airflow.sdk import Connection  # imported late: plain CLI runs need no Airflow
-
-    conn = Connection.get(conn_id)
-    host = conn.host or ""
-    if host and "://" not in host:
-        host = f"https://{host}"
-    return host or None, conn.password
 
 
 @register_stack
@@ -80,7 +70,7 @@ class OpenAIApiStack(StackAdapter):
                             "caching off")
         if ep.conn_id:
             try:
-                _connection(ep.conn_id)
+                connection(ep.conn_id)
             except Exception as exc:  # noqa: BLE001 - any lookup failure is a plan problem
                 problems.append(f"field endpoint.conn_id {ep.conn_id!r}: openai_api cannot read "
                                 f"the Airflow connection ({type(exc).__name__}: {exc})")
@@ -102,16 +92,11 @@ class OpenAIApiStack(StackAdapter):
         ep: EndpointSpec | None = variant.endpoint
         if ep is None:
             raise ValueError("openai_api: field endpoint is not set")
-        base_url, key = (None, None)
-        if ep.conn_id:
-            base_url, key = _connection(ep.conn_id)
-        base_url = base_url or ep.base_url
-        if key is None and ep.api_key_env:
-            key = os.environ.get(ep.api_key_env)
-        if not base_url:
-            raise ValueError(f"openai_api: no base URL (connection {ep.conn_id!r} has no host)")
-        headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return StaticEndpoint(base_url=base_url.rstrip("/"), served_model=variant.model,
+        try:
+            base_url, headers = locate(ep)
+        except ValueError as exc:
+            raise ValueError(f"openai_api: {exc}") from exc
+        return StaticEndpoint(base_url=base_url, served_model=variant.model,
                               headers=headers, chat_path=self.chat_path)
 
     def local_launch(

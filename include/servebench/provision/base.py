@@ -1,0 +1,130 @@
+"""The provisioner seam: where a variant's server comes from, and that it always goes away.
+
+The nightly DAG drives one provisioner per kind a sweep uses (``provision: {kind: ...}`` on
+each target), through this interface only:
+
+- ``acquire(run_id, targets)`` -- the setup task, once per run: whatever the run's targets
+  need (a state folder, instances); returns JSON-able state that the other tasks get back;
+- ``attach(run_id, state)`` -- in a bench or teardown task (other processes, maybe other
+  tries): the provisioner again, from that state (``None`` when setup itself failed);
+- ``check(target, variant, adapter)`` -- plan time: what makes a variant unrunnable this way,
+  before anything is provisioned;
+- ``launch(name, target, variant, adapter) -> Endpoint``, ``exited(endpoint)``,
+  ``stop(endpoint)`` -- per variant, in the bench task; ``stop`` runs in every path;
+- ``hardware(target)``, ``engine_version(adapter)`` -- what the cells record as the hardware
+  and engine version they ran on;
+- ``release()`` -- the teardown task, which runs even when bench tasks fail: everything the
+  run still holds is stopped or terminated, and named.
+
+Implementations register by ``kind`` (``local``, ``static``); the pipeline and the runner
+import none of them.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from servebench.config import TargetSpec, VariantSpec
+    from servebench.settings import Settings
+    from servebench.stacks.base import StackAdapter
+
+
+class LaunchError(RuntimeError):
+    """A variant's server could not be had (it exited, never became healthy, or its endpoint
+    does not answer); the message says why, with the server's log tail where there is one.
+    ``argv`` is the command that was launched, for the failed rows' provenance."""
+
+    def __init__(self, message: str, argv: list[str] | None = None):
+        super().__init__(message)
+        self.argv = argv
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where a variant is served and how to talk to it: a launched server or one that runs."""
+
+    base_url: str
+    served_model: str
+    chat_path: str
+    metrics_path: str | None = None
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may carry a key
+    argv: list[str] | None = None  # the launch command, for provenance (None: not launched)
+    name: str = ""
+    pid: int | None = None  # a local server's process
+
+
+class Provisioner(ABC):
+    """One way of getting servers for a run (see the module doc for the life cycle)."""
+
+    kind: ClassVar[str]
+    settings: Settings
+
+    @classmethod
+    @abstractmethod
+    def acquire(cls, run_id: str, targets: list[TargetSpec], settings: Settings) -> dict:
+        """Set up what the run's ``targets`` need; JSON-able state for ``attach``."""
+
+    @classmethod
+    @abstractmethod
+    def attach(cls, run_id: str, state: dict | None, settings: Settings) -> Provisioner:
+        """The provisioner of run ``run_id`` from ``acquire``'s state (None: setup failed)."""
+
+    @classmethod
+    def check(cls, target: TargetSpec, variant: VariantSpec, adapter: StackAdapter,
+              settings: Settings) -> list[str]:
+        """Problems that make ``variant`` unrunnable this way (plan time, and again before
+        launch); each names the field."""
+        return adapter.check(variant, settings)
+
+    @abstractmethod
+    def launch(self, name: str, target: TargetSpec, variant: VariantSpec,
+               adapter: StackAdapter) -> Endpoint:
+        """A healthy server for ``variant``; raises :class:`LaunchError` (or the error that
+        stopped it) when there is none."""
+
+    def exited(self, endpoint: Endpoint) -> str | None:
+        """How ``endpoint``'s server has ended, with its log tail; None while it serves (or
+        where this provisioner cannot know)."""
+        return None
+
+    @abstractmethod
+    def stop(self, endpoint: Endpoint) -> None:
+        """Done with ``endpoint`` (a launched server is stopped; a static one is left)."""
+
+    @abstractmethod
+    def hardware(self, target: TargetSpec) -> str:
+        """What ``target``'s cells record as their hardware (it keys their trend series)."""
+
+    def engine_version(self, adapter: StackAdapter) -> str:
+        """What the cells record as the engine's version (the engine this provisioner runs)."""
+        return adapter.version(self.settings)
+
+    @abstractmethod
+    def release(self) -> list[str]:
+        """Stop or terminate everything the run still holds; returns what it stopped."""
+
+
+_REGISTRY: dict[str, type[Provisioner]] = {}
+
+
+def register_provisioner(cls: type[Provisioner]) -> type[Provisioner]:
+    _REGISTRY[cls.kind] = cls
+    return cls
+
+
+def get_provisioner(kind: str) -> type[Provisioner]:
+    from servebench import provision  # noqa: F401  (imports the kinds so they register)
+
+    try:
+        return _REGISTRY[kind]
+    except KeyError:
+        raise KeyError(f"unknown provision kind {kind!r}; known: {sorted(_REGISTRY)}") from None
+
+
+def provision_kinds() -> list[str]:
+    from servebench import provision  # noqa: F401
+
+    return sorted(_REGISTRY)

@@ -1,0 +1,79 @@
+"""A target with ``provision: {kind: static}``: a llama-server that someone else runs (here
+started by the test, on loopback) is measured as it is -- health-checked, its cells and golden
+set run through the same VariantRunner the DAG uses, and left running afterwards; one that
+does not answer becomes failed cells that say so."""
+
+import pytest
+import yaml
+from servebench.config import parse_sweep
+from servebench.provision import get_provisioner
+from servebench.provision.local import LocalProvisioner, free_port
+from servebench.runner import VariantRunner
+from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.stacks.base import get_stack
+
+pytestmark = pytest.mark.integration
+MODEL = "build/models/adder-3m-f16.gguf"
+
+
+def _spec(base_url: str, served_model: str, **provision):
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["workloads"] = [{"kind": "fixed", "name": "fixed", "input_tokens": 32,
+                          "output_tokens": 8, "num_requests": 8}]
+    data["load"]["concurrency"] = [2]
+    data["cross_stack"] = []
+    data["targets"] = [{
+        "name": "shared-box", "stack": "llama_cpp", "golden_sets": ["addition"],
+        "provision": {"kind": "static", "hardware": "the team's shared box", **provision},
+        "variants": [{"name": "running", "model": served_model,
+                      "endpoint": {"base_url": base_url}}],
+    }]
+    return parse_sweep(data, "test")
+
+
+@pytest.fixture(scope="module")
+def someone_elses_server(tmp_path_factory):
+    settings = get_settings()
+    spec = parse_sweep({**yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml")
+                                        .read_text()), "cross_stack": []}, "local")
+    target = next(t for t in spec.targets if t.stack == "llama_cpp")
+    variant = next(v for v in target.variants if v.model == MODEL)
+    owner = LocalProvisioner(tmp_path_factory.mktemp("owner"), settings)
+    endpoint = owner.launch("owner", target, variant, get_stack("llama_cpp"))
+    try:
+        yield endpoint
+    finally:
+        owner.stop(endpoint)
+
+
+def _run(spec):
+    settings = get_settings()
+    target = spec.targets[0]
+    provisioner = get_provisioner("static").attach("t", {}, settings)
+    return VariantRunner(spec, target, target.variants[0], run_id="t", settings=settings,
+                         provisioner=provisioner).run()
+
+
+def test_a_running_server_is_measured_as_it_is_and_left_running(someone_elses_server):
+    server = someone_elses_server
+    result = _run(_spec(server.base_url, server.served_model))
+    [cell] = result.cells
+    assert cell["status"] == "ok", cell["reason"]
+    assert cell["hardware"] == "the team's shared box"
+    assert cell["engine_version"] == "unknown (static endpoint)"
+    assert cell["launch_args"] is None  # nothing was launched
+    assert cell["accuracy"] is not None and len(result.evals) == 200
+    assert cell["server_metrics_json"]  # its /metrics scraped around the cell
+    assert get_provisioner("static").attach("t", {}, get_settings()).release() == []
+    import httpx
+
+    assert httpx.get(server.base_url + "/health").status_code == 200  # still serving
+
+
+def test_an_endpoint_that_does_not_answer_fails_its_cells_with_why():
+    port = free_port()  # nothing listens there
+    result = _run(_spec(f"http://127.0.0.1:{port}", "adder", health_timeout_s=1.0))
+    [cell] = result.cells
+    assert cell["status"] == "failed"
+    assert f"static endpoint http://127.0.0.1:{port}/health not healthy" in cell["reason"]
+    assert "ConnectError" in cell["reason"]
