@@ -213,3 +213,20 @@ def test_timestamps_against_server_truth() -> None:
     slack = 0.002 + res.loop_lag.p95_ms / 1000  # where kernel timestamps are unavailable
     assert -0.0005 < np.median(ttft) < slack, np.percentile(ttft, [50, 99])
     assert -0.0005 < np.median(chunk) < slack and min(chunk) > -0.001
+
+
+def test_one_rule_picks_the_transport_by_scheme() -> None:
+    """Every entry point defaults to 'auto': plain http gets the fast client, anything else
+    (a hosted API's https) httpx -- the fast client speaks no TLS."""
+    import inspect
+
+    from servebench.loadgen.closed_loop import run_closed_loop
+    from servebench.loadgen.engine import resolve_client, run_load
+
+    assert inspect.signature(run_load).parameters["client"].default == "auto"
+    assert inspect.signature(run_closed_loop).parameters["client"].default == "auto"
+    assert resolve_client("auto", "http://127.0.0.1:8080") == "fast"
+    assert resolve_client("auto", "https://api.example.com/v1") == "httpx"
+    assert resolve_client("httpx", "http://127.0.0.1:8080") == "httpx"
+    with pytest.raises(ValueError, match="client must be 'fast', 'httpx' or 'auto'"):
+        resolve_client("h2", "http://127.0.0.1:8080")

@@ -28,8 +28,10 @@ Common to all modes:
 * client lag: ``send_lag`` (sent_at minus when the request was free to go) and event-loop lag
   (a ticker), so :attr:`LoadResult.client_saturated` can flag a client that fell behind.
 
-``client="fast"`` (default) uses :mod:`servebench.loadgen.fastclient`; ``client="httpx"`` the
-reference :mod:`servebench.loadgen.client`. ``collect_text`` (fast client) keeps
+``client="auto"`` (default; the one rule, in ``_make_sender``) uses
+:mod:`servebench.loadgen.fastclient` for plain ``http://`` and the httpx client (TLS, proxies)
+for anything else -- a hosted API is ``https``; ``client="fast"`` / ``"httpx"`` force one (the
+benchmarks compare them). ``collect_text`` (fast client) keeps
 ``output_text``; it is cheap (text is sliced out of the bytes) and on by default.
 """
 
@@ -217,13 +219,21 @@ class _HttpxSender:
         return await self._send(self.client, path, body, clock=self.clock, **kw)
 
 
+def resolve_client(client: str, base_url: str) -> str:
+    """The transport rule, the one place it lives: ``auto`` is the fast client for plain
+    ``http://`` and httpx (TLS, proxies) for anything else."""
+    if client not in ("fast", "httpx", "auto"):
+        raise ValueError(f"client must be 'fast', 'httpx' or 'auto', got {client!r}")
+    if client == "auto":
+        return "fast" if base_url.startswith("http://") else "httpx"
+    return client
+
+
 def _make_sender(client: str, base_url: str, *, clock: Clock, headers: dict[str, str] | None,
                  timeout_s: float, trust_env: bool, pool: int, collect_text: bool) -> Any:
-    if client == "httpx" or (client == "auto" and not base_url.startswith("http://")):
+    if resolve_client(client, base_url) == "httpx":
         return _HttpxSender(base_url, clock=clock, headers=headers, timeout_s=timeout_s,
                             trust_env=trust_env, pool=pool)
-    if client not in ("fast", "auto"):
-        raise ValueError(f"client must be 'fast', 'httpx' or 'auto', got {client!r}")
     from servebench.loadgen.fastclient import FastClient
 
     return FastClient(base_url, clock=clock, headers=headers, timeout_s=timeout_s,
@@ -340,7 +350,7 @@ async def run_load(
     trust_env: bool = False,
     tick_s: float = 0.01,
     duration_s: float | None = None,
-    client: str = "fast",
+    client: str = "auto",
     collect_text: bool = True,
     connections: int | None = None,
     start_at: float | None = None,
@@ -353,7 +363,7 @@ async def run_load(
     Args mirror :func:`servebench.loadgen.closed_loop.run_closed_loop`, plus:
         spec: the load mode.
         duration_s: stop sending new measured requests after this many seconds.
-        client: ``"fast"`` (default), ``"httpx"`` (reference), ``"auto"`` (httpx for https).
+        client: ``"auto"`` (default: fast for http, httpx for https), ``"fast"``, ``"httpx"``.
         collect_text: keep ``output_text`` (fast client; the httpx client always does).
         connections: keep-alive connections to open before the warm-up (default: the
             concurrency or cap; uncapped open loop: min(requests, 512)).
@@ -415,7 +425,8 @@ async def run_load(
     ready = [ready[k] for k in order] if len(ready) == len(order) else ready
     if raw_out is not None:
         raw_out.update(ready=ready, loop_lags=loop_lags)
-    return _result(cell_id, spec, client, measured, warm, ready, loop_lags, clock, cpu)
+    return _result(cell_id, spec, resolve_client(client, base_url), measured, warm, ready,
+                   loop_lags, clock, cpu)
 
 
 def _result(cell_id: str, spec: LoadSpec, client: str, measured: list[RequestRecord],
