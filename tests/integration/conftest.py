@@ -1,6 +1,11 @@
 """Fixtures for tests against real servers on loopback."""
 
+import json
 import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs
 
 import pytest
 
@@ -34,3 +39,59 @@ def s3_endpoint(monkeypatch):
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset",
                                                       method="POST"), timeout=10).close()
         server.stop()
+
+
+@pytest.fixture
+def slack_server():
+    """A local Slack Web API: chat.postMessage, the files_upload_v2 flow
+    (files.getUploadURLExternal -> POST to the upload URL -> files.completeUploadExternal), and
+    scripted failures: ``script`` holds (status, body, headers) answers used before the good one."""
+    calls = []
+    script: list[tuple[int, dict, dict]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            ctype = self.headers.get("Content-Type", "")
+            if self.path.startswith("/upload/"):
+                body = {"bytes": len(raw)}
+            elif ctype.startswith("application/json"):
+                body = json.loads(raw)
+            else:
+                body = {k: v[0] for k, v in parse_qs(raw.decode()).items()}
+            calls.append({"path": self.path, "auth": self.headers.get("Authorization"),
+                          "body": body, "at": time.monotonic()})
+            if script:
+                status, reply, headers = script.pop(0)
+            elif self.path.endswith("files.getUploadURLExternal"):
+                n = sum(c["path"].endswith("getUploadURLExternal") for c in calls)
+                host = f"http://127.0.0.1:{self.server.server_address[1]}"
+                status, reply, headers = 200, {"ok": True, "file_id": f"F{n}",
+                                               "upload_url": f"{host}/upload/F{n}"}, {}
+            elif self.path.startswith("/upload/"):
+                status, reply, headers = 200, None, {}
+            elif self.path.endswith("files.completeUploadExternal"):
+                files = body["files"] if isinstance(body["files"], list) else \
+                    json.loads(body["files"])
+                status, reply, headers = 200, {"ok": True, "files": [
+                    {"id": f["id"], "title": f["title"]} for f in files]}, {}
+            else:
+                status, reply, headers = 200, {"ok": True, "channel": "C1",
+                                               "ts": f"1700000000.{len(calls):06d}"}, {}
+            self.send_response(status)
+            for key, value in {"Content-Type": "application/json", **headers}.items():
+                self.send_header(key, value)
+            self.end_headers()
+            self.wfile.write(b"OK" if reply is None else json.dumps(reply).encode())
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/api", calls, script
+    finally:
+        server.shutdown()
+        server.server_close()
