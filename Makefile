@@ -33,7 +33,8 @@ run: setup airflow-db
 test: setup airflow-db
 	$(BIN)/python -m pytest
 
-# the eighteen-night local proof of the trends alone (`make test` runs it too)
+# the eighteen-night local proof of the trends: real latencies night after night, so not in
+# `make test` (README says how often it passed here, and why it failed when it did)
 proof: setup airflow-db
 	$(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
 

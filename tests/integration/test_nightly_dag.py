@@ -7,7 +7,6 @@ Needs `make setup airflow-db` (CI's `make test` does both).
 from pathlib import Path
 
 import pytest
-
 from servebench.results.store import ResultStore
 from servebench.settings import PROJECT_ROOT
 

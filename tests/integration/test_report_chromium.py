@@ -8,7 +8,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from servebench.pipeline import send_digest
 
 pytestmark = pytest.mark.integration

@@ -1,7 +1,7 @@
 """ResultStore against a real S3-compatible server (moto) on loopback."""
 import datetime as dt
-import pytest
 
+import pytest
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore
 
