@@ -9,9 +9,6 @@ import numpy as np
 import pytest
 from servebench.notify.digest import render_digest
 from servebench.pipeline import detect_regressions
-from servebench.results.schema import rows_to_table
-from servebench.results.store import ResultStore
-
 
 
 @pytest.fixture(scope="module")
@@ -144,12 +141,13 @@ def test_a_change_located_a_night_off_takes_the_recorded_change_night():
     assert _attribute(cells, runs, where, 4, lo=3, hi=5, tolerance=2) == (4, NOTHING_CHANGED)
 
 
-def test_a_latency_component_jump_with_e2e_unchanged_is_not_a_regression():
+def test_a_drastic_night_needs_another_end_to_end_statistic_of_the_cell():
     """One night with first tokens sooner and decoding interleaved (TTFT p50 -38%, ITL p95 x5)
-    takes as long end to end: no drastic alert. The same ITL jump with E2E up is one."""
+    or one slow tail (E2E p95 x2) with E2E p50 and tok/s as ever: no drastic alert. The same
+    jump with E2E p50 or throughput worse is one."""
     import pandas as pd
     from servebench.trends.detect import DetectorSettings
-    from servebench.trends.nightly import _totals_moved
+    from servebench.trends.nightly import _corroborated
 
     rng = np.random.default_rng(3)
     nights = 16
@@ -158,9 +156,17 @@ def test_a_latency_component_jump_with_e2e_unchanged_is_not_a_regression():
              "load_point": "c4"}
     cells = pd.DataFrame([{**where, "run_id": f"r{i}", "status": "ok",
                            "e2e_ms_p50": 43 + rng.normal(0, 1.5),
-                           "e2e_ms_p95": 51 + rng.normal(0, 4)} for i in range(nights)])
-    s = DetectorSettings()
-    assert not _totals_moved(cells, runs, where, 0, nights - 1, s)
-    cells.loc[nights - 1, "e2e_ms_p50"] = 60.0  # +40% end to end: a regression
-    assert _totals_moved(cells, runs, where, 0, nights - 1, s)
-    assert _totals_moved(cells.iloc[:3], runs, where, 0, 2, s)  # too few nights: it stands
+                           "e2e_ms_p95": 51 + rng.normal(0, 4),
+                           "output_throughput": 1400 + rng.normal(0, 50)}
+                          for i in range(nights)])
+    s, last = DetectorSettings(), nights - 1
+    itl = {**where, "metric": "itl_ms_p95"}
+    e2e95 = {**where, "metric": "e2e_ms_p95"}
+    assert not _corroborated(cells, runs, itl, 0, last, s)
+    cells.loc[last, "e2e_ms_p95"] = 100.0  # one slow tail: it cannot vouch for itself
+    assert not _corroborated(cells, runs, e2e95, 0, last, s)
+    assert _corroborated(cells, runs, itl, 0, last, s)  # ... but does for ITL
+    cells.loc[last, "e2e_ms_p95"] = 51.0
+    cells.loc[last, "output_throughput"] = 900.0  # a third of the throughput gone
+    assert _corroborated(cells, runs, e2e95, 0, last, s)
+    assert _corroborated(cells.iloc[:3], runs, itl, 0, 2, s)  # too few nights: it stands
