@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import httpx
@@ -104,8 +105,7 @@ class StaticProvisioner(Provisioner):
             StaticProvision(kind="static")
         hosted = adapter.static_endpoint(variant, self.settings)
         if hosted is not None:
-            endpoint = Endpoint(hosted.base_url, hosted.served_model, hosted.chat_path,
-                                None, headers=hosted.headers, name=name)
+            endpoint = replace(hosted, name=name)
             health = spec.health_path or "/models"  # what OpenAI-compatible APIs answer
         else:
             base_url, headers = locate(variant.endpoint, default_key_env=False)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from servebench.config import SamplingSpec, VariantSpec
+from servebench.provision.base import Endpoint
 from servebench.settings import Settings
 
 
@@ -58,16 +59,6 @@ class ContainerLaunch:
     def argv(self) -> list[str]:
         """The full command line inside the container, for provenance."""
         return [*(self.entrypoint or []), *self.command]
-
-
-@dataclass(frozen=True)
-class StaticEndpoint:
-    """An already-running OpenAI-compatible server (a hosted API): nothing to launch."""
-
-    base_url: str  # up to, not including, the chat path (e.g. https://api.openai.com)
-    served_model: str
-    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may hold a key
-    chat_path: str = "/v1/chat/completions"
 
 
 class StackAdapter(ABC):
@@ -126,7 +117,7 @@ class StackAdapter(ABC):
             f"stack {self.name!r} has no container launch; run it with the local provisioner"
         )
 
-    def static_endpoint(self, variant: VariantSpec, settings: Settings) -> StaticEndpoint | None:
+    def static_endpoint(self, variant: VariantSpec, settings: Settings) -> Endpoint | None:
         """For stacks that are never launched (hosted APIs): where to send requests."""
         return None
 

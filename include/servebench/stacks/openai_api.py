@@ -23,13 +23,13 @@ from __future__ import annotations
 import os
 
 from servebench.config import EndpointSpec, SamplingSpec, VariantSpec
+from servebench.provision.base import Endpoint
 from servebench.provision.static import connection, locate
 from servebench.settings import Settings
 from servebench.stacks.base import (
     ContainerLaunch,
     LaunchSpec,
     StackAdapter,
-    StaticEndpoint,
     chat_request,
     register_stack,
     vllm_style_sampling,
@@ -88,7 +88,7 @@ class OpenAIApiStack(StackAdapter):
                            f"carry it (only {neutral!r} is comparable)")
         return out
 
-    def static_endpoint(self, variant: VariantSpec, settings: Settings) -> StaticEndpoint:
+    def static_endpoint(self, variant: VariantSpec, settings: Settings) -> Endpoint:
         ep: EndpointSpec | None = variant.endpoint
         if ep is None:
             raise ValueError("openai_api: field endpoint is not set")
@@ -96,8 +96,7 @@ class OpenAIApiStack(StackAdapter):
             base_url, headers = locate(ep)
         except ValueError as exc:
             raise ValueError(f"openai_api: {exc}") from exc
-        return StaticEndpoint(base_url=base_url, served_model=variant.model,
-                              headers=headers, chat_path=self.chat_path)
+        return Endpoint(base_url, variant.model, self.chat_path, headers=headers)
 
     def local_launch(
         self, variant: VariantSpec, *, host: str, port: int, settings: Settings
