@@ -151,7 +151,7 @@ def test_a_drastic_night_needs_another_end_to_end_statistic_of_the_cell():
 
     rng = np.random.default_rng(3)
     nights = 16
-    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(nights)], "night": range(nights)})
+    runs = {f"r{i}": i for i in range(nights)}  # run id -> night
     where = {"target": "t", "stack": "llama_cpp", "variant": "v", "workload": "w",
              "load_point": "c4"}
     cells = pd.DataFrame([{**where, "run_id": f"r{i}", "status": "ok",

@@ -41,6 +41,7 @@ NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"
 def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
                  settings: DetectorSettings | None = None) -> list[dict]:
     """Rows for the ``regressions`` table of committed run ``run_id``."""
+    s = settings or DetectorSettings()
     runs, cells, series = load_history(store, run_id)
     tonight = int(runs["night"].iloc[-1])
     run_ids = runs["run_id"].tolist()
@@ -63,18 +64,18 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
                     reset_night(annotations, first, dates))
         n = group["binomial_n"].dropna()
         change = detect(values, first["direction"], start=start,
-                        binomial_n=int(n.iloc[-1]) if len(n) else None, settings=settings)
+                        binomial_n=int(n.iloc[-1]) if len(n) else None, settings=s)
         if change is None:
             continue
         if change.drastic and first["metric"] in CORROBORATED and not _corroborated(
-                cells, runs, first, start, tonight, settings or DetectorSettings()):
+                cells, night_of, first, start, tonight, s):
             log.info("detect %s: %s jumped %+.0f%% tonight with the cell's E2E and tok/s "
                      "unchanged: one statistic's night, not raised", run_id, sid,
                      100 * change.rel_change)
             continue
         # a drastic jump is tonight, exactly; a change found over several nights is placed to
         # within the detector's locate tolerance
-        tolerance = 0 if change.drastic else (settings or DetectorSettings()).locate_tolerance
+        tolerance = 0 if change.drastic else s.locate_tolerance
         night, cause = _attribute(cells, runs, first, change.night, lo=start, hi=tonight,
                                   tolerance=tolerance)
         rows.append({
@@ -127,15 +128,12 @@ CORROBORATED = frozenset({"ttft_ms_p50", "ttft_ms_p95", "tpot_ms_p50", "tpot_ms_
 WITNESSES = (("e2e_ms_p50", 1.0), ("e2e_ms_p95", 1.0), ("output_throughput", -1.0))
 
 
-def _corroborated(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, start: int,
+def _corroborated(cells: pd.DataFrame, night_of: dict[str, int], row: dict, start: int,
                   tonight: int, s: DetectorSettings) -> bool:
     """Whether another end-to-end statistic of ``row``'s cell (E2E p50 or p95, output tok/s;
     not the alert's own) is worse tonight than on its nights since ``start`` by
     ``outlier_sigmas`` of their own noise."""
-    night_of = dict(zip(runs["run_id"], runs["night"], strict=True))
-    mask = cells["status"] == "ok"
-    for key in ("target", "stack", "variant", "workload", "load_point"):
-        mask &= cells[key] == row[key]
+    mask = (cells["status"] == "ok") & _at(cells, row, WHERE)
     mine = cells[mask].assign(night=lambda f: f["run_id"].map(night_of))
     mine = mine[mine["night"] >= start].sort_values("night")
     before, now = mine[mine["night"] < tonight], mine[mine["night"] == tonight]
@@ -155,17 +153,24 @@ def _corroborated(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, start: int
     return False
 
 
+WHERE = ("target", "stack", "variant", "workload", "load_point")  # a cell, within a run
+
+
 def _where(row: dict) -> dict:
-    return {k: row.get(k) for k in ("target", "stack", "variant", "workload", "load_point")}
+    return {k: row.get(k) for k in WHERE}
+
+
+def _at(cells: pd.DataFrame, row: dict, keys) -> pd.Series:
+    """The rows of ``cells`` whose ``keys`` equal ``row``'s."""
+    mask = pd.Series(True, index=cells.index)
+    for key in keys:
+        mask &= cells[key] == row[key]
+    return mask
 
 
 def _cell_at(cells: pd.DataFrame, run_id: str, row: dict) -> dict | None:
-    keys = ["target", "stack", "variant"] + (
-        ["workload", "load_point"] if row.get("workload") else [])
-    mask = cells["run_id"] == run_id
-    for key in keys:
-        mask &= cells[key] == row[key]
-    found = cells[mask]
+    keys = WHERE if row.get("workload") else WHERE[:3]  # a variant-wide alert: any of its cells
+    found = cells[(cells["run_id"] == run_id) & _at(cells, row, keys)]
     return found.iloc[0].to_dict() if not found.empty else None
 
 
