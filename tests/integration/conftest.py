@@ -8,6 +8,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs
 
 import pytest
+import yaml
+from servebench.settings import PROJECT_ROOT
 
 
 def _free_port() -> int:
@@ -95,3 +97,21 @@ def slack_server():
     finally:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(scope="session")
+def local_sweep():
+    """Builds a small sweep document from ``include/sweeps/local.yaml``: one fixed workload at
+    one closed-loop concurrency, no cross-stack groups, the given targets."""
+    def build(targets: list[dict], *, input_tokens: int, output_tokens: int, num_requests: int,
+              concurrency: int, name: str | None = None, workload: str = "fixed") -> dict:
+        data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+        if name:
+            data["name"] = name
+        data["workloads"] = [{"kind": "fixed", "name": workload, "input_tokens": input_tokens,
+                              "output_tokens": output_tokens, "num_requests": num_requests}]
+        data["load"]["concurrency"] = [concurrency]
+        data["cross_stack"] = []
+        data["targets"] = targets
+        return data
+    return build

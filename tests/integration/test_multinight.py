@@ -26,30 +26,27 @@ NIGHTS, SLOWED_FROM = 18, 14
 DAY0 = dt.datetime(2026, 11, 1, 2, tzinfo=dt.UTC)
 
 
-def _sweep(path: Path, slowed: bool) -> str:
-    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
-    data["name"] = "multinight"
-    data["workloads"] = [{"kind": "fixed", "name": "fixed-64x16", "input_tokens": 64,
-                          "output_tokens": 16, "num_requests": 64}]
-    data["load"]["concurrency"] = [4]
-    data["cross_stack"] = []
+def _sweep(build, path: Path, slowed: bool) -> str:
     common = {"max_num_seqs": 4, "max_model_len": 512, "threads": 1}
     victim = {"name": "victim", "model": "build/models/adder-3m-q8_0.gguf", "quant": "q8_0",
               **common, "max_num_seqs": 1 if slowed else 4}
-    data["targets"] = [{"name": "adder", "stack": "llama_cpp", "baseline": "steady",
-                        "golden_sets": ["addition"], "variants": [
-                            {"name": "steady", "model": "build/models/adder-3m-f16.gguf",
-                             "quant": "f16", **common}, victim]}]
+    data = build([{"name": "adder", "stack": "llama_cpp", "baseline": "steady",
+                   "golden_sets": ["addition"], "variants": [
+                       {"name": "steady", "model": "build/models/adder-3m-f16.gguf",
+                        "quant": "f16", **common}, victim]}],
+                 input_tokens=64, output_tokens=16, num_requests=64, concurrency=4,
+                 name="multinight", workload="fixed-64x16")
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
 
 @pytest.fixture(scope="module")
-def nights(tmp_path_factory):
+def nights(tmp_path_factory, local_sweep):
     from airflow.dag_processing.dagbag import DagBag
 
     tmp = tmp_path_factory.mktemp("multinight")
-    plain, slowed = _sweep(tmp / "plain.yaml", False), _sweep(tmp / "slowed.yaml", True)
+    plain = _sweep(local_sweep, tmp / "plain.yaml", False)
+    slowed = _sweep(local_sweep, tmp / "slowed.yaml", True)
     mp = pytest.MonkeyPatch()
     mp.setenv("SERVEBENCH_RESULTS_URI", str(tmp / "data"))
     mp.setenv("SERVEBENCH_WORK_DIR", str(tmp / "runs"))

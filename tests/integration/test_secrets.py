@@ -47,19 +47,13 @@ def keyed_server(tmp_path):
         owner.stop(endpoint)
 
 
-def _sweep(path: Path, server) -> str:
-    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
-    data["name"] = "secrets"
-    data["workloads"] = [{"kind": "fixed", "name": "fixed", "input_tokens": 32,
-                          "output_tokens": 32, "num_requests": 8}]
-    data["load"]["concurrency"] = [2]
-    data["cross_stack"] = []
-    data["targets"] = [{
+def _sweep(build, path: Path, server) -> str:
+    data = build([{
         "name": "keyed-box", "stack": "llama_cpp", "golden_sets": ["addition"],
         "provision": {"kind": "static", "hardware": "a keyed llama-server on loopback"},
         "variants": [{"name": "keyed", "model": server.served_model,
                       "endpoint": {"base_url": server.base_url, "api_key_env": "BOX_KEY"}}],
-    }]
+    }], input_tokens=32, output_tokens=32, num_requests=8, concurrency=2, name="secrets")
     path.write_text(yaml.safe_dump(data))
     return str(path)
 
@@ -69,7 +63,7 @@ def _leaks(name: str, data: bytes) -> list[str]:
 
 
 def test_no_secret_is_written_anywhere(tmp_path, s3_endpoint, slack_server, keyed_server,
-                                       monkeypatch, capfd, caplog):
+                                       local_sweep, monkeypatch, capfd, caplog):
     from airflow.dag_processing.dagbag import DagBag
 
     slack_url, slack_calls, _ = slack_server
@@ -80,7 +74,7 @@ def test_no_secret_is_written_anywhere(tmp_path, s3_endpoint, slack_server, keye
     monkeypatch.setenv("SERVEBENCH_WORK_DIR", str(tmp_path / "runs"))
     monkeypatch.setenv("SERVEBENCH_SLACK_BASE_URL", slack_url + "/")
     dag = DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags["nightly_benchmark"]
-    run = dag.test(run_conf={"sweep": _sweep(tmp_path / "sweep.yaml", keyed_server)})
+    run = dag.test(run_conf={"sweep": _sweep(local_sweep, tmp_path / "sweep.yaml", keyed_server)})
     assert run.state == "success"
 
     leaks: list[str] = []

@@ -16,18 +16,13 @@ pytestmark = pytest.mark.integration
 MODEL = "build/models/adder-3m-f16.gguf"
 
 
-def _spec(base_url: str, served_model: str, **provision):
-    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
-    data["workloads"] = [{"kind": "fixed", "name": "fixed", "input_tokens": 32,
-                          "output_tokens": 8, "num_requests": 8}]
-    data["load"]["concurrency"] = [2]
-    data["cross_stack"] = []
-    data["targets"] = [{
+def _spec(build, base_url: str, served_model: str, **provision):
+    data = build([{
         "name": "shared-box", "stack": "llama_cpp", "golden_sets": ["addition"],
         "provision": {"kind": "static", "hardware": "the team's shared box", **provision},
         "variants": [{"name": "running", "model": served_model,
                       "endpoint": {"base_url": base_url}}],
-    }]
+    }], input_tokens=32, output_tokens=8, num_requests=8, concurrency=2)
     return parse_sweep(data, "test")
 
 
@@ -54,9 +49,10 @@ def _run(spec):
                          provisioner=provisioner).run()
 
 
-def test_a_running_server_is_measured_as_it_is_and_left_running(someone_elses_server):
+def test_a_running_server_is_measured_as_it_is_and_left_running(someone_elses_server,
+                                                                 local_sweep):
     server = someone_elses_server
-    result = _run(_spec(server.base_url, server.served_model))
+    result = _run(_spec(local_sweep, server.base_url, server.served_model))
     [cell] = result.cells
     assert cell["status"] == "ok", cell["reason"]
     assert cell["hardware"] == "the team's shared box"
@@ -70,9 +66,9 @@ def test_a_running_server_is_measured_as_it_is_and_left_running(someone_elses_se
     assert httpx.get(server.base_url + "/health").status_code == 200  # still serving
 
 
-def test_an_endpoint_that_does_not_answer_fails_its_cells_with_why():
+def test_an_endpoint_that_does_not_answer_fails_its_cells_with_why(local_sweep):
     port = free_port()  # nothing listens there
-    result = _run(_spec(f"http://127.0.0.1:{port}", "adder", health_timeout_s=1.0))
+    result = _run(_spec(local_sweep, f"http://127.0.0.1:{port}", "adder", health_timeout_s=1.0))
     [cell] = result.cells
     assert cell["status"] == "failed"
     assert f"static endpoint http://127.0.0.1:{port}/health not healthy" in cell["reason"]
