@@ -22,6 +22,8 @@ def _plan(args: argparse.Namespace) -> int:
     print(f"{plan['sweep_file']}: {len(plan['units'])} units OK")
     for unit in plan["units"]:
         print(f"  {unit['stack']:<14} {unit['unit_id']}")
+    for warning in plan["warnings"]:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -269,7 +269,8 @@ class StaticProvision(_Strict):
         None, description="probed (GET, 200) before use; default: the stack's own "
         "(/health; /models for openai_api)")
     metrics_path: str | None = Field(
-        "/metrics", description="Prometheus metrics to scrape per cell (None: none)")
+        None, description="Prometheus metrics to scrape per cell; default: the stack's own "
+        "(/metrics; /prometheus/metrics/ for trtllm); null: none")
     health_timeout_s: float = Field(60.0, gt=0)
 
 

@@ -87,7 +87,7 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
     settings = settings or get_settings()
     path = settings.resolve(sweep or settings.sweep)
     spec = load_sweep(path)
-    problems, longest = [], {}
+    problems, longest, warnings = [], {}, []
     for w_idx, workload in enumerate(spec.workloads):
         try:
             longest[workload.name] = max_sequence_tokens(workload, settings.project_root)
@@ -109,6 +109,10 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
                 problems.append(
                     f"{where}.variants[{v_idx}](name={variant.name}): {target.stack}: {problem}"
                 )
+            outside = adapter.image_problem(variant.image) if variant.image else None
+            if outside:  # it may well run; what it does with our flags is unchecked
+                warnings.append(f"{where}.variants[{v_idx}](name={variant.name}).image: "
+                                f"{variant.image}: {outside}")
             for name, tokens in longest.items():
                 if tokens + TEMPLATE_OVERHEAD_MAX > variant.max_model_len:
                     problems.append(
@@ -130,6 +134,8 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
     ]
     n_cells = len(units) * len(spec.workloads) * len(spec.load.points())
     log.info("plan: %d units, %d cells from %s", len(units), n_cells, path)
+    for warning in warnings:
+        log.warning("plan: %s", warning)
     return {
         "sweep_file": str(path),
         "run_date": (run_date or dt.datetime.now(dt.UTC).date()).isoformat(),
@@ -137,6 +143,7 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
         "sweep_hash": spec.spec_hash(),
         "sampling_hash": spec.sampling.spec_hash(),
         "units": units,
+        "warnings": warnings,
     }
 
 

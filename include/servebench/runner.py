@@ -23,7 +23,12 @@ from servebench.provision.base import Endpoint, LaunchError, Provisioner
 from servebench.results.schema import CELLS
 from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter, get_stack
-from servebench.telemetry import deltas, prefix_cache_hit_rate, scrape
+from servebench.telemetry import (
+    deltas,
+    prefix_cache_hit_rate,
+    prefix_cache_hit_rate_from_usage,
+    scrape,
+)
 from servebench.tokenize import FileTokenizer, ServerTokenizer, Tokenizer
 from servebench.workloads import build_prompts
 
@@ -41,6 +46,10 @@ class VariantResult:
     cells: list[dict] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
+
+
+def _first_known(*values: float | None) -> float | None:
+    return next((v for v in values if v is not None), None)
 
 
 def _first(text: str) -> str:
@@ -93,6 +102,7 @@ class VariantRunner:
             "arrival": self.spec.load.arrival if point.mode == "open" else None,
             "engine": self.adapter.engine,
             "engine_version": self._engine_version,
+            "engine_notes": self._engine_notes(),
             "launch_args": json.dumps(argv) if argv else None,
             "model_file_sha256": file_sha256(model_path),
             "hardware": self.hardware,
@@ -123,11 +133,21 @@ class VariantRunner:
                                exc.argv if isinstance(exc, LaunchError) else None)
             return self.result
         self._endpoint = endpoint
+        self._engine_version = self.provisioner.engine_version(self.adapter, endpoint)
         try:
             self._run_on(endpoint)
         finally:
             self.provisioner.stop(endpoint)
         return self.result
+
+    def _engine_notes(self) -> str | None:
+        """What the cells' numbers cannot show about the engine: the stack's known limits,
+        and a version outside the releases its adapter was checked against."""
+        notes = self.adapter.known_limits(self.variant, self.spec.sampling)
+        outside = self.adapter.version_problem(self._engine_version)
+        if outside:
+            notes.append(outside)
+        return "; ".join(notes) or None
 
     def _server_died(self) -> str | None:
         """How the variant's server ended, if it has and its provisioner can tell."""
@@ -256,7 +276,9 @@ class VariantRunner:
             status="failed" if failed else ("invalid" if reasons else "ok"),
             reason="; ".join(reasons) or None,
             output_tokens_requested=prompts[0].output_tokens,
-            prefix_cache_hit_rate=prefix_cache_hit_rate(server_delta),
+            prefix_cache_hit_rate=_first_known(
+                prefix_cache_hit_rate(server_delta, self.adapter.prefix_cache_counters),
+                prefix_cache_hit_rate_from_usage(load.records)),
             client_send_lag_ms_p99=load.send_lag.p99_ms,
             client_loop_lag_ms_p99=load.loop_lag.p99_ms,
             server_metrics_json=json.dumps(server_delta) if server_delta else None,

@@ -1,25 +1,27 @@
 """Server telemetry: Prometheus ``/metrics`` scraped before and after each cell.
 
 Parsed with ``prometheus_client``'s text parser. Counters are stored as deltas over the cell;
-gauges as their value after it. The prefix-cache hit rate is derived from the deltas.
+gauges as their value after it. The prefix-cache hit rate of a cell is cached prompt tokens
+over all prompt tokens: from the deltas of the counters each stack adapter declares
+(``StackAdapter.prefix_cache_counters``) where the server exports them, else from the cell's
+measured responses' ``usage.prompt_tokens_details.cached_tokens`` (a hosted API has no
+``/metrics``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-log = logging.getLogger(__name__)
+if TYPE_CHECKING:
+    from servebench.loadgen.records import RequestRecord
+    from servebench.stacks.base import PrefixCacheCounters
 
-# (hit counter, other counter, whether the other counter already includes the hits)
-_PREFIX_CACHE_COUNTERS = [
-    # llama.cpp: prompt tokens reused from the cache / processed excluding cached ones
-    ("llamacpp:prompt_tokens_cached", "llamacpp:prompt_tokens", False),
-    # vLLM (v1 engine): prefix-cache hits / queries, both in tokens; queries include hits
-    ("vllm:prefix_cache_hits", "vllm:prefix_cache_queries", True),
-]
+log = logging.getLogger(__name__)
 
 
 def scrape(base_url: str, path: str | None, timeout_s: float = 10.0,
@@ -60,17 +62,33 @@ def deltas(before: dict[str, float] | None, after: dict[str, float] | None) -> d
     return out
 
 
-def prefix_cache_hit_rate(delta: dict[str, float]) -> float | None:
-    """Cached prompt tokens / all prompt tokens over the cell, where the engine exposes them."""
-    for hits_name, other_name, other_includes_hits in _PREFIX_CACHE_COUNTERS:
-        hits = _sum_family(delta, hits_name + "_total")
-        other = _sum_family(delta, other_name + "_total")
-        if hits is None or other is None:
+def prefix_cache_hit_rate(delta: dict[str, float],
+                          counters: Iterable[PrefixCacheCounters]) -> float | None:
+    """Cached prompt tokens / all prompt tokens over the cell, from the first pair of the
+    stack's declared counters that the server exports (None: none, or no prompt tokens)."""
+    for pair in counters:
+        hits = _sum_family(delta, pair.hits)
+        prompt = _sum_family(delta, pair.prompt)
+        if hits is None or prompt is None:
             continue
-        total = other if other_includes_hits else hits + other
-        if total > 0:
-            return hits / total
+        total = prompt if pair.total_includes_hits else hits + prompt
+        return hits / total if total > 0 else None
     return None
+
+
+def prefix_cache_hit_rate_from_usage(records: Iterable[RequestRecord]) -> float | None:
+    """The same rate from the responses' usage: None unless some response reported cached
+    tokens; once one did, a response without the field counts 0 (vLLM omits it when 0)."""
+    cached = prompt = 0
+    reported = False
+    for rec in records:
+        if not rec.ok or rec.prompt_tokens is None:
+            continue
+        prompt += rec.prompt_tokens
+        if rec.prompt_tokens_cached is not None:
+            reported = True
+            cached += rec.prompt_tokens_cached
+    return cached / prompt if reported and prompt > 0 else None
 
 
 def _sum_family(delta: dict[str, float], name: str) -> float | None:

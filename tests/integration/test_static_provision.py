@@ -56,13 +56,14 @@ def test_a_running_server_is_measured_as_it_is_and_left_running(someone_elses_se
     [cell] = result.cells
     assert cell["status"] == "ok", cell["reason"]
     assert cell["hardware"] == "the team's shared box"
-    assert cell["engine_version"] == "unknown (static endpoint)"
+    # what the server itself says it runs (llama.cpp /props build_info)
+    import httpx
+
+    assert cell["engine_version"] == httpx.get(server.base_url + "/props").json()["build_info"]
     assert cell["launch_args"] is None  # nothing was launched
     assert cell["accuracy"] is not None and len(result.evals) == 200
     assert cell["server_metrics_json"]  # its /metrics scraped around the cell
     assert get_provisioner("static").attach("t", {}, get_settings()).release() == []
-    import httpx
-
     assert httpx.get(server.base_url + "/health").status_code == 200  # still serving
 
 

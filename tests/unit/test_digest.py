@@ -98,3 +98,12 @@ def test_gate_section_lists_verdicts_and_flipped_items():
     assert "flipped: add-0000" in fail and "add-0009" in fail and "(+2 more)" in fail
     assert "add-0010" not in fail
     assert "BASELINE" in section
+
+
+def test_engine_notes_are_said_once_per_target():
+    frame = cells()
+    note = "seed: sglang's chat route honours seed only from v0.5.7"
+    frame.loc[frame.target == "gpu", "engine_notes"] = note
+    md = render_digest(frame, RUN, "s3://bench/servebench")
+    gpu = md.split("## gpu")[1].split("\n## ")[0]
+    assert gpu.count(note) == 1 and note not in md.split("## gpu")[0]

@@ -112,3 +112,20 @@ def test_missing_length_table_is_rejected(tmp_path):
 
     with pytest.raises(PlanError, match=r"workloads\[2\]\(name=chat\): .*nope\.jsonl"):
         plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
+
+
+def test_an_image_outside_the_adapters_checked_releases_is_a_warning(tmp_path):
+    def add_vllm(data):
+        data["targets"].append({"name": "gpu", "stack": "vllm", "golden_sets": [], "variants": [
+            {"name": "new", "model": "Qwen/Qwen2.5-0.5B-Instruct", "max_model_len": 4096,
+             "image": "vllm/vllm-openai:v0.21.0"},
+            {"name": "pinned", "model": "Qwen/Qwen2.5-0.5B-Instruct", "max_model_len": 4096,
+             "image": "vllm/vllm-openai:v0.19.1@sha256:" + "a" * 64},
+            {"name": "digest", "model": "Qwen/Qwen2.5-0.5B-Instruct", "max_model_len": 4096,
+             "image": "registry.local:5000/vllm@sha256:" + "b" * 64}]})
+
+    plan = plan_run(str(_sweep(tmp_path, add_vllm)), settings=_settings(tmp_path))
+    assert len(plan["warnings"]) == 1, plan["warnings"]
+    warning = plan["warnings"][0]
+    assert "variants[0](name=new).image: vllm/vllm-openai:v0.21.0" in warning
+    assert "outside the releases" in warning and ">=0.15.0,<0.20" in warning

@@ -15,7 +15,7 @@ from servebench.loadgen.client import _StreamState
 from servebench.loadgen.records import RequestRecord
 from servebench.settings import Settings
 from servebench.stacks import get_stack
-from servebench.stacks.base import ContainerLaunch, cached_prompt_tokens
+from servebench.stacks.base import ContainerLaunch
 from servebench.stacks.trtllm import CONFIG_IN_CONTAINER
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -125,7 +125,8 @@ def test_vllm_fp8_awq_prefix_off_tp2_speculative(settings, tmp_path):
 def test_vllm_body_sends_every_knob_and_forces_length():
     b = body("vllm", HOT)
     assert (b["temperature"], b["top_p"], b["top_k"], b["min_p"]) == (0.7, 0.9, 20, 0.05)
-    assert b["repetition_penalty"] == 1.1 and b["seed"] == 11 and b["max_tokens"] == 32
+    assert b["repetition_penalty"] == 1.1 and b["seed"] == 11
+    assert b["max_completion_tokens"] == 32 and "max_tokens" not in b  # deprecated in vLLM
     assert b["ignore_eos"] is True and b["min_tokens"] == 32
     assert b["stream"] is True
     assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
@@ -138,6 +139,7 @@ def test_vllm_rejections_name_stack_and_field(settings):
                    speculative=SpeculativeSpec(method="medusa"))
     assert "field quant 'q4_k_m': vllm" in msg and "field kv_cache_dtype 'int4': vllm" in msg
     assert "field dtype 'fp4': vllm" in msg and "field speculative.draft_model: vllm" in msg
+    assert "--allow-deprecated-quantization" in problems("vllm", settings, quant="experts_int8")
 
 
 # -- SGLang ---------------------------------------------------------------------------------
@@ -177,7 +179,7 @@ def test_sglang_body_and_rejections(settings):
     b = body("sglang", HOT)
     assert (b["top_k"], b["min_p"], b["repetition_penalty"], b["seed"]) == (20, 0.05, 1.1, 11)
     assert b["ignore_eos"] is True and b["min_tokens"] == 32
-    assert b["stream_options"] == {"include_usage": True}
+    assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert body("sglang")["top_k"] == -1  # SGLang disables top-k with -1, not 0
     msg = problems("sglang", settings, quant="q8_0", kv_cache_dtype="fp8_inc",
                    speculative=SpeculativeSpec(method="medusa", draft_model="heads"))
@@ -195,7 +197,7 @@ def test_tgi_launch_flags_and_env(settings):
                 speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=2))
     c = adapter.container_launch(v, port=3000, settings=settings)
     a = c.command
-    assert c.entrypoint == ["text-generation-launcher"]
+    assert c.entrypoint is None  # the image's /tgi-entrypoint.sh (ldconfig, venv) is kept
     assert c.image.startswith("ghcr.io/huggingface/text-generation-inference:")
     assert val(a, "--model-id") == MODEL and val(a, "--hostname") == "0.0.0.0"
     assert val(a, "--port") == "3000" and val(a, "--num-shard") == "2" and c.gpus == 2
@@ -204,8 +206,10 @@ def test_tgi_launch_flags_and_env(settings):
     assert val(a, "--max-input-tokens") == "4095" and val(a, "--max-total-tokens") == "4096"
     assert val(a, "--max-concurrent-requests") == "16"
     assert val(a, "--max-batch-prefill-tokens") == "2048" and val(a, "--speculate") == "2"
-    assert c.env == {"PREFIX_CACHING": "0", "USE_PREFIX_CACHING": "0"}
-    assert "/data" in c.volumes.values() and c.shm_size == "1g"
+    assert c.env == {"PREFIX_CACHING": "0"}
+    # the image's HF_HOME is /data: the host's hub cache goes to /data/hub
+    hub = [host for host, inside in c.volumes.items() if inside == "/data/hub"]
+    assert len(hub) == 1 and hub[0].endswith("/hub") and c.shm_size == "1g"
     local = adapter.local_launch(variant(quant="bf16"), host="127.0.0.1", port=3001,
                                  settings=settings)
     assert local.argv[0] == "text-generation-launcher" and val(local.argv, "--dtype") == (
@@ -227,7 +231,12 @@ def test_tgi_cannot_force_length_and_rejects_what_it_cannot_run(settings):
         "tgi", settings, quant="fp8", dtype="bfloat16")
     assert adapter.sampling_problems(SAMPLING) == []
     assert [p.split(":")[0] for p in adapter.sampling_problems(HOT)] == [
-        "field sampling.top_k", "field sampling.min_p", "field sampling.repetition_penalty"]
+        "field sampling.top_k", "field sampling.min_p"]
+    # greedy needs top_p absent: with top_p < 1, TGI samples again at temperature 1
+    assert [p.split(":")[0] for p in adapter.sampling_problems(
+        SamplingSpec(temperature=0.0, top_p=0.9))] == ["field sampling.top_p"]
+    assert "presence_penalty - 2.0" in "".join(adapter.sampling_problems(
+        SamplingSpec(repetition_penalty=4.5)))
     with pytest.raises(ValueError, match="field sampling.top_k: tgi"):
         body("tgi", HOT)
 
@@ -235,9 +244,12 @@ def test_tgi_cannot_force_length_and_rejects_what_it_cannot_run(settings):
 def test_tgi_body_is_openai_only():
     b = body("tgi")
     assert set(b) == {"model", "messages", "max_tokens", "temperature", "seed", "stream",
-                      "stream_options"}  # top_p 1.0 is sent as absent: TGI rejects >= 1
+                      "stream_options", "presence_penalty"}  # top_p 1.0 is sent as absent
     assert b["temperature"] == 0.0 and b["seed"] == 7
-    assert body("tgi", SamplingSpec(top_p=0.9))["top_p"] == 0.9
+    # the chat route's repetition_penalty is presence_penalty + 2.0
+    assert b["presence_penalty"] == -1.0
+    hot = body("tgi", SamplingSpec(temperature=0.7, top_p=0.9, repetition_penalty=1.1))
+    assert hot["top_p"] == 0.9 and hot["presence_penalty"] == pytest.approx(-0.9)
 
 
 # -- TensorRT-LLM ---------------------------------------------------------------------------
@@ -259,21 +271,31 @@ def test_trtllm_launch_flags_and_options_yaml(settings):
     assert val(a, "--extra_llm_api_options") == CONFIG_IN_CONTAINER
     opts = yaml.safe_load(c.files[CONFIG_IN_CONTAINER])
     assert opts["kv_cache_config"] == {"enable_block_reuse": False, "dtype": "fp8"}
+    assert opts["return_perf_metrics"] is True  # else /prometheus/metrics is not mounted
     assert opts["speculative_config"] == {"decoding_type": "NGram", "max_draft_len": 4,
                                           "max_matching_ngram_size": 5}
-    assert c.metrics_path == "/prometheus/metrics"
+    assert c.metrics_path == "/prometheus/metrics/"  # the bare path may answer a redirect
+    assert "--revision" not in a  # no revision asked for
     local = adapter.local_launch(variant(quant="bf16", speculative=DRAFT), host="127.0.0.1",
                                  port=8001, settings=settings)
     path = val(local.argv, "--extra_llm_api_options")
     written = yaml.safe_load(open(path).read())
     assert path.startswith(str(settings.work_dir)) and written["dtype"] == "bfloat16"
     assert written["kv_cache_config"] == {"enable_block_reuse": True}
-    assert written["speculative_config"] == {"decoding_type": "Draft_Target", "max_draft_len": 3,
+    # DecodingBaseConfig.from_dict knows "DraftTarget"; "Draft_Target" is rejected
+    assert written["speculative_config"] == {"decoding_type": "DraftTarget", "max_draft_len": 3,
                                              "speculative_model": "Qwen/Qwen2.5-0.5B-Instruct"}
     mtp = yaml.safe_load(adapter.container_launch(variant(speculative=SpeculativeSpec(
         method="mtp", num_speculative_tokens=1)), port=1, settings=settings).files[
         CONFIG_IN_CONTAINER])
-    assert mtp["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 1}
+    # num_nextn_predict_layers is remapped to max_draft_len and deprecated
+    assert mtp["speculative_config"] == {"decoding_type": "MTP", "max_draft_len": 1}
+    # a local checkpoint folder is answered by its own name (no served-model-name flag)
+    (settings.project_root / "ckpt").mkdir()
+    folder = adapter.container_launch(variant(model="ckpt"), port=1, settings=settings)
+    assert folder.command[0] == "/models/ckpt" and folder.served_model == "ckpt"
+    assert adapter.local_launch(variant(model="ckpt"), host="h", port=1,
+                                settings=settings).served_model == "ckpt"
 
 
 def test_trtllm_body_and_rejections(settings):
@@ -282,6 +304,8 @@ def test_trtllm_body_and_rejections(settings):
     assert set(b) == {"model", "messages", "max_tokens", "temperature", "top_p", "top_k",
                       "min_p", "repetition_penalty", "seed", "ignore_eos", "min_tokens",
                       "stream", "stream_options"}
+    # its default flipped from true to false in 1.3: sent explicitly
+    assert b["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
     assert b["ignore_eos"] is True and b["min_tokens"] == 32 and b["top_k"] == 20
     assert body("trtllm")["top_k"] == 0  # 0 disables top-k in TensorRT-LLM
     msg = problems("trtllm", settings, quant="gguf-q4", kv_cache_dtype="fp8_e5m2",
@@ -383,14 +407,56 @@ def test_sglang_trtllm_and_openai_final_usage_chunk_with_cached_tokens():
                  {"id": "x", "object": "chat.completion.chunk", "created": 1, "model": "m",
                   "choices": [], "usage": usage}])
     assert rec.output_tokens == 2 and rec.prompt_tokens == 40 and rec.chunk_tokens == [1, 1]
-    assert cached_prompt_tokens(usage) == 32
-    assert cached_prompt_tokens({"prompt_tokens": 3}) is None  # absent is not zero
-    assert cached_prompt_tokens(None) is None
+    assert rec.prompt_tokens_cached == 32
+    bare = _feed([_chunk("m", "x", "length"), {"id": "x", "object": "chat.completion.chunk",
+                  "created": 1, "model": "m", "choices": [], "usage": {"prompt_tokens": 3,
+                                                                       "completion_tokens": 1}}])
+    assert bare.prompt_tokens_cached is None  # not reported
 
 
 def test_tgi_stream_shape():
-    # TGI's chat chunks carry usage on the final chunk together with finish_reason
-    rec = _feed([_chunk(MODEL, "He", obj="chat.completion.chunk"),
-                 _chunk(MODEL, "llo", "length",
-                        usage={"prompt_tokens": 7, "completion_tokens": 2, "total_tokens": 9})])
-    assert rec.output_text == "Hello" and rec.output_tokens == 2 and rec.finish_reason == "length"
+    # TGI >= 3.2 (router/src/chat.rs ChatState::push): usage in its own chunk after the finish
+    # chunk, with empty choices and an empty id
+    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    rec = _feed([_chunk(MODEL, "He"), _chunk(MODEL, "l"), _chunk(MODEL, "lo", "length"),
+                 {"id": "", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+                  "system_fingerprint": "3.3.6-dev0", "choices": [], "usage": usage}])
+    assert rec.output_text == "Hello" and rec.output_tokens == 3 and rec.finish_reason == "length"
+    assert rec.chunk_tokens == [1, 1, 1] and rec.prompt_tokens == 7
+
+
+def test_usage_first_seen_on_a_late_chunk_is_a_total_not_that_chunks_count():
+    # TGI < 3.2 put the usage on the finish chunk: it must not count as 3 tokens in that chunk
+    usage = {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    rec = _feed([_chunk(MODEL, "He"), _chunk(MODEL, "l"), _chunk(MODEL, "lo", "length", usage=usage)])
+    assert rec.chunk_tokens == [1, 1, 1] and rec.output_tokens == 3
+
+
+# -- versions, limits -----------------------------------------------------------------------
+def test_engine_versions_and_image_tags_against_the_checked_range():
+    from servebench.stacks.base import image_tag, parse_engine_version
+
+    assert str(parse_engine_version("v0.19.1")) == "0.19.1"
+    assert str(parse_engine_version("3.3.6-dev0")) == "3.3.6"  # TGI's /info of 3.3.6
+    assert str(parse_engine_version("1.2.0rc1")) == "1.2.0rc1"
+    assert parse_engine_version("b0-unknown") is None
+    assert image_tag("vllm/vllm-openai:v0.19.1") == "v0.19.1"
+    assert image_tag("reg.local:5000/vllm/vllm-openai@sha256:" + "a" * 64) is None
+    assert image_tag("nvcr.io/nvidia/tensorrt-llm/release:1.2.1@sha256:" + "b" * 64) == "1.2.1"
+    vllm = get_stack("vllm")
+    assert vllm.version_problem("0.19.1") is None and vllm.version_problem("unknown") is None
+    assert "vllm 0.21.0 is outside" in vllm.version_problem("0.21.0")
+    assert vllm.image_problem("vllm/vllm-openai:v0.14.0") and vllm.image_problem(
+        "vllm/vllm-openai@sha256:" + "c" * 64) is None  # checked when the server answers
+    assert get_stack("tgi").served_version({"version": "3.3.6-dev0", "sha": "efb94e0d3db6aba9"}
+                                           ) == "3.3.6-dev0 (efb94e0d3db6)"
+    assert get_stack("vllm").served_version({"version": "0.19.1"}) == "0.19.1"
+    assert get_stack("llama_cpp").served_version({"build_info": "b6000-abc"}) == "b6000-abc"
+
+
+def test_sglang_seed_limit_is_recorded_when_sampling_uses_it():
+    sglang = get_stack("sglang")
+    assert sglang.known_limits(variant(), SAMPLING) == []  # greedy: the seed plays no part
+    [limit] = sglang.known_limits(variant(), HOT)
+    assert "seed" in limit and "--enable-deterministic-inference" in limit
+    assert sglang.known_limits(variant(extra_args=["--enable-deterministic-inference"]), HOT) == []

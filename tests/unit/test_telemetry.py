@@ -1,8 +1,11 @@
 """Prometheus scrapes: deltas over a cell and the prefix-cache hit rate per engine."""
 
 import pytest
-
+from servebench.stacks import get_stack
 from servebench.telemetry import deltas, parse_metrics, prefix_cache_hit_rate
+
+LLAMA_COUNTERS = get_stack("llama_cpp").prefix_cache_counters
+VLLM_COUNTERS = get_stack("vllm").prefix_cache_counters
 
 LLAMA = """# HELP llamacpp:prompt_tokens_total Number of prompt tokens processed.
 # TYPE llamacpp:prompt_tokens_total counter
@@ -30,15 +33,47 @@ def test_llama_cpp_cached_over_all_prompt_tokens():
     d = deltas(before, after)
     assert d["llamacpp:prompt_tokens_total"] == 300
     assert d["llamacpp:requests_processing"] == 2  # a gauge keeps its value
-    assert prefix_cache_hit_rate(d) == pytest.approx(900 / 1200)
+    assert prefix_cache_hit_rate(d, LLAMA_COUNTERS) == pytest.approx(900 / 1200)
+    assert prefix_cache_hit_rate(d, VLLM_COUNTERS) is None  # another engine's names
 
 
 def test_vllm_hits_over_queries():
     before = parse_metrics(VLLM.format(queries=1000, hits=100))
     after = parse_metrics(VLLM.format(queries=3000, hits=1600))
-    assert prefix_cache_hit_rate(deltas(before, after)) == pytest.approx(1500 / 2000)
+    assert prefix_cache_hit_rate(deltas(before, after), VLLM_COUNTERS) == pytest.approx(
+        1500 / 2000)
 
 
 def test_no_metrics_no_rate():
     assert deltas(None, {"x_total": 1.0}) == {}
-    assert prefix_cache_hit_rate({}) is None
+    assert prefix_cache_hit_rate({}, LLAMA_COUNTERS) is None
+
+
+def _rec(prompt, cached, ok=True):
+    from servebench.loadgen.records import RequestRecord
+
+    return RequestRecord(request_id="r", cell_id="c", scheduled_at=0.0, prompt_tokens=prompt,
+                         prompt_tokens_cached=cached, http_status=200 if ok else 500)
+
+
+def test_hit_rate_from_usage_where_the_server_has_no_counters():
+    from servebench.telemetry import prefix_cache_hit_rate_from_usage as from_usage
+
+    # vLLM omits cached_tokens when 0: once one response reported it, absent counts 0
+    assert from_usage([_rec(100, 80), _rec(100, None), _rec(50, 0)]) == pytest.approx(80 / 250)
+    assert from_usage([_rec(100, None), _rec(100, None)]) is None  # never reported: unknown
+    assert from_usage([_rec(100, 50), _rec(900, 900, ok=False)]) == 0.5  # failed ones not
+    assert from_usage([]) is None
+
+
+def test_sglang_counters_sum_over_cache_source_and_include_hits():
+    text = """# TYPE sglang:prompt_tokens_total counter
+sglang:prompt_tokens_total{{model_name="m"}} {prompt}
+# TYPE sglang:cached_tokens_total counter
+sglang:cached_tokens_total{{model_name="m",cache_source="device"}} {device}
+sglang:cached_tokens_total{{model_name="m",cache_source="host"}} {host}
+"""
+    before = parse_metrics(text.format(prompt=0, device=0, host=0))
+    after = parse_metrics(text.format(prompt=1000, device=300, host=100))
+    rate = prefix_cache_hit_rate(deltas(before, after), get_stack("sglang").prefix_cache_counters)
+    assert rate == pytest.approx(400 / 1000)

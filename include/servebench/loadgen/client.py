@@ -11,7 +11,9 @@ generated text for timing but are not appended to ``output_text``) and ``/v1/com
 (``choices[0].text``). Only choice index 0 is read: benchmark bodies use ``n=1``.
 
 Handled: the final usage chunk (``stream_options.include_usage``: ``choices == []`` and
-``usage`` set), per-chunk cumulative usage (vLLM ``continuous_usage_stats``), ``[DONE]``,
+``usage`` set; ``usage.prompt_tokens_details.cached_tokens`` where the server reports it),
+per-chunk cumulative usage (vLLM/TensorRT-LLM ``continuous_usage_stats``, recognised by usage
+on the first content chunk; usage first seen on a later content chunk is a total), ``[DONE]``,
 ``finish_reason``, an ``{"error": ...}`` event inside the stream, HTTP error statuses (status plus
 a body snippet), timeouts, connection errors, and streams that end without ``[DONE]`` or a
 ``finish_reason``. Every failure becomes data in the record (``error = "<Class>: <reason>"``);
@@ -60,12 +62,17 @@ def _short(exc: BaseException, limit: int = 200) -> str:
 class _StreamState:
     """Mutable parse state for one response; keeps the per-event path free of lookups."""
 
-    __slots__ = ("done", "error", "last_completion_tokens", "rec", "text_parts")
+    __slots__ = ("cumulative_usage", "done", "error", "last_completion_tokens", "rec",
+                 "text_parts")
 
     def __init__(self, rec: RequestRecord) -> None:
         self.rec = rec
         self.text_parts: list[str] = []
         self.last_completion_tokens: int | None = None
+        # whether content chunks carry cumulative usage (vLLM/TensorRT-LLM
+        # continuous_usage_stats), decided by the first content chunk: usage that first
+        # appears on a later content chunk is a total, not that chunk's count
+        self.cumulative_usage: bool | None = None
         self.done = False
         self.error: str | None = None
 
@@ -112,12 +119,12 @@ class _StreamState:
                     rec.first_chunk_at = t
                 rec.chunk_times.append(t)
                 n = 1
-                if usage:
-                    ct = usage.get("completion_tokens")
-                    if ct is not None:
-                        prev = self.last_completion_tokens or 0
-                        n = ct - prev
-                        self.last_completion_tokens = ct
+                ct = usage.get("completion_tokens") if usage else None
+                if self.cumulative_usage is None:
+                    self.cumulative_usage = ct is not None
+                if self.cumulative_usage and ct is not None:
+                    n = ct - (self.last_completion_tokens or 0)
+                    self.last_completion_tokens = ct
                 rec.chunk_tokens.append(n)
         if usage:
             pt = usage.get("prompt_tokens")
@@ -126,6 +133,11 @@ class _StreamState:
                 rec.prompt_tokens = pt
             if ct is not None:
                 rec.output_tokens = ct
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict):
+                cached = details.get("cached_tokens")
+                if isinstance(cached, (int, float)):
+                    rec.prompt_tokens_cached = int(cached)
 
 
 async def send_streaming(

@@ -63,6 +63,10 @@ class RequestRecord:
             ``continuous_usage_stats``), the count is the increase of ``completion_tokens``.
         prompt_tokens_requested: prompt length the workload asked for, if known.
         prompt_tokens: prompt tokens from the server's ``usage`` (``None`` if not reported).
+        prompt_tokens_cached: of those, served from the prefix cache
+            (``usage.prompt_tokens_details.cached_tokens``: OpenAI, vLLM with
+            ``--enable-prompt-tokens-details`` -- which omits it when 0 --, SGLang with
+            ``--enable-cache-report``, TensorRT-LLM); ``None`` if not reported.
         output_tokens_requested: ``max_tokens`` the workload asked for, if known.
         output_tokens: completion tokens from the server's ``usage`` (``None`` if not reported).
         output_text: concatenated generated text (``delta.content`` / ``choices[0].text``).
@@ -83,6 +87,7 @@ class RequestRecord:
     chunk_tokens: list[int] = field(default_factory=list)
     prompt_tokens_requested: int | None = None
     prompt_tokens: int | None = None
+    prompt_tokens_cached: int | None = None
     output_tokens_requested: int | None = None
     output_tokens: int | None = None
     output_text: str = ""

@@ -311,6 +311,10 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         )
         out += ["", f"## {target}" + (f" ({about})" if about else ""), "",
                 _render(DIGEST_COLUMNS, rows, markdown=True)]
+        notes = dict.fromkeys(fmt_text(r.get("engine_notes")) for r in rows
+                              if not is_missing(r.get("engine_notes")))
+        if notes:  # what the numbers cannot show: the engine's limits, an unchecked release
+            out += ["", "_Engine notes: " + "; ".join(notes) + "._"]
         if f"target:{target}" in charts:
             out += ["", f"![{target}: latency vs throughput]({charts[f'target:{target}']})"]
     if levers:

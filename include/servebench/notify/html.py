@@ -152,7 +152,9 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
             model = row.get("model_file_sha256")
             out.append(
                 f"<tr><td>{escape(row['target'])} / {escape(row['variant'])}</td>"
-                f"<td>{escape(fmt_text(row.get('engine_version')))}</td>"
+                f"<td>{escape(fmt_text(row.get('engine_version')))}"
+                + ("" if is_missing(row.get("engine_notes")) else
+                   f"<br><small>{escape(str(row['engine_notes']))}</small>") + "</td>"
                 f"<td><code>{escape('-' if is_missing(model) else str(model)[:16])}</code></td>"
                 f"<td><code>{escape(command)}</code></td></tr>")
     out.append("</table></body></html>")

@@ -11,8 +11,8 @@ each target), through this interface only:
   before anything is provisioned;
 - ``launch(name, target, variant, adapter) -> Endpoint``, ``exited(endpoint)``,
   ``stop(endpoint)`` -- per variant, in the bench task; ``stop`` runs in every path;
-- ``hardware(target)``, ``engine_version(adapter)`` -- what the cells record as the hardware
-  and engine version they ran on;
+- ``hardware(target)``, ``engine_version(adapter, endpoint)`` -- what the cells record as the
+  hardware and engine version they ran on;
 - ``release()`` -- the teardown task, which runs even when bench tasks fail: everything the
   run still holds is stopped or terminated, and named.
 
@@ -98,8 +98,9 @@ class Provisioner(ABC):
     def hardware(self, target: TargetSpec) -> str:
         """What ``target``'s cells record as their hardware (it keys their trend series)."""
 
-    def engine_version(self, adapter: StackAdapter) -> str:
-        """What the cells record as the engine's version (the engine this provisioner runs)."""
+    def engine_version(self, adapter: StackAdapter, endpoint: Endpoint | None = None) -> str:
+        """What the cells record as the engine's version: the engine this provisioner runs
+        (``endpoint``: the server it launched for the variant, once there is one)."""
         return adapter.version(self.settings)
 
     @abstractmethod

@@ -109,7 +109,10 @@ class StaticProvisioner(Provisioner):
             health = spec.health_path or "/models"  # what OpenAI-compatible APIs answer
         else:
             base_url, headers = locate(variant.endpoint, default_key_env=False)
-            endpoint = Endpoint(base_url, variant.model, adapter.chat_path, spec.metrics_path,
+            # the stack's own metrics path unless the spec names one (or null: none)
+            metrics = spec.metrics_path if "metrics_path" in spec.model_fields_set else \
+                adapter.metrics_path
+            endpoint = Endpoint(base_url, variant.model, adapter.chat_path, metrics,
                                 headers=headers, name=name)
             health = spec.health_path or "/health"
         self._wait_healthy(endpoint, health, spec.health_timeout_s)
@@ -145,8 +148,21 @@ class StaticProvisioner(Provisioner):
         return (spec.hardware if isinstance(spec, StaticProvision) else None) \
             or UNKNOWN_HARDWARE
 
-    def engine_version(self, adapter: StackAdapter) -> str:
-        return UNKNOWN_VERSION
+    def engine_version(self, adapter: StackAdapter, endpoint: Endpoint | None = None) -> str:
+        """What the server says it runs (``adapter.version_path``); unknown before it is
+        reached, or when it does not say."""
+        if endpoint is None or adapter.version_path is None:
+            return UNKNOWN_VERSION
+        url = endpoint.base_url + adapter.version_path
+        try:
+            response = httpx.get(url, timeout=10.0, headers=endpoint.headers)
+            response.raise_for_status()
+            payload = response.json()
+        except (httpx.HTTPError, ValueError) as exc:  # ValueError: not JSON
+            log.warning("%s: no engine version from %s: %s", endpoint.name, url, exc)
+            return UNKNOWN_VERSION
+        version = adapter.served_version(payload) if isinstance(payload, dict) else None
+        return version or UNKNOWN_VERSION
 
     def release(self) -> list[str]:
         return []  # nothing was started, so nothing is torn down

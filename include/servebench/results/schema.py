@@ -128,6 +128,7 @@ CELLS = pa.schema(
         _f("cross_stack_differing_ids", pa.list_(_STR)),
         _f("engine", _STR),
         _f("engine_version", _STR),
+        _f("engine_notes", _STR),  # the stack's known limits; a version outside its checked range
         _f("launch_args", _STR),
         _f("model_file_sha256", _STR),
         _f("hardware", _STR),
@@ -156,6 +157,7 @@ REQUESTS = pa.schema(
         _f("chunk_tokens", pa.list_(_I32)),
         _f("prompt_tokens_requested", _I32),
         _f("prompt_tokens", _I32),
+        _f("prompt_tokens_cached", _I32),  # usage.prompt_tokens_details.cached_tokens
         _f("output_tokens_requested", _I32),
         _f("output_tokens", _I32),
         _f("finish_reason", _STR),

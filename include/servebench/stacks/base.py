@@ -14,9 +14,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.provision.base import Endpoint
 from servebench.settings import Settings
+
+
+@dataclass(frozen=True)
+class PrefixCacheCounters:
+    """Two Prometheus counters (sample names as scraped, ``_total`` included) whose deltas over
+    a cell give its prefix-cache hit rate: prompt tokens served from the cache, and prompt
+    tokens (with or without the cached ones, per ``total_includes_hits``)."""
+
+    hits: str
+    prompt: str
+    total_includes_hits: bool
 
 
 @dataclass(frozen=True)
@@ -75,8 +89,16 @@ class StackAdapter(ABC):
     # False where forced tokens may be special ones the server does not stream as text
     # (transformers serve): usage still proves the length, but chunks undercount it.
     forced_tokens_stream_as_text: ClassVar[bool] = True
-    # Prometheus sample names the stack exports, by role (prefix_cache_hits, ...), for telemetry
-    server_metrics: ClassVar[dict[str, str]] = {}
+    # where the server's Prometheus metrics are (None: it has none)
+    metrics_path: ClassVar[str | None] = "/metrics"
+    # the counters telemetry derives the prefix-cache hit rate from; where names changed
+    # between the releases in ``checked_versions``, one entry per release, the first present wins
+    prefix_cache_counters: ClassVar[tuple[PrefixCacheCounters, ...]] = ()
+    # the engine releases (PEP 440) whose own sources the launch flags, request fields and
+    # metric names were checked against (tests/fixtures/engines/); None: not versioned
+    checked_versions: ClassVar[str | None] = None
+    # GET path where a running server reports its version (read by ``served_version``)
+    version_path: ClassVar[str | None] = None
 
     @abstractmethod
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
@@ -104,6 +126,34 @@ class StackAdapter(ABC):
     def version(self, settings: Settings) -> str:
         """The engine's version string, for provenance."""
         return "unknown"
+
+    def known_limits(self, variant: VariantSpec, sampling: SamplingSpec) -> list[str]:
+        """What this stack cannot guarantee for ``variant`` under ``sampling`` that bears on
+        comparing its cells; recorded with each cell (``engine_notes``)."""
+        return []
+
+    def served_version(self, payload: dict) -> str | None:
+        """The version in the answer to ``GET version_path`` (None: it names none)."""
+        version = payload.get("version")
+        return str(version) if version else None
+
+    def version_problem(self, version: str) -> str | None:
+        """Why ``version`` is outside the releases this adapter was checked against (None:
+        inside, or not comparable)."""
+        if self.checked_versions is None:
+            return None
+        parsed = parse_engine_version(version)
+        if parsed is None or parsed in SpecifierSet(self.checked_versions):
+            return None
+        return (f"{self.engine} {version} is outside the releases this adapter's flags, "
+                f"request fields and metric names were checked against "
+                f"({self.checked_versions})")
+
+    def image_problem(self, image: str) -> str | None:
+        """Why a variant's ``image`` is outside ``checked_versions``, from its tag (None:
+        inside, or no version in the tag -- a digest alone is checked when the server runs)."""
+        tag = image_tag(image)
+        return self.version_problem(tag) if tag else None
 
     def sampling_problems(self, sampling: SamplingSpec) -> list[str]:
         """Sampling parameters this stack's request dialect cannot carry (checked at plan)."""
@@ -145,9 +195,33 @@ def known_stacks() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def stream_fields() -> dict:
-    """Streaming with a final usage chunk, as every OpenAI-compatible stack understands it."""
-    return {"stream": True, "stream_options": {"include_usage": True}}
+def image_tag(image: str) -> str | None:
+    """The tag of ``repo[:tag][@sha256:digest]`` (None without one)."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[1] if ":" in last else None
+
+
+def parse_engine_version(text: str) -> Version | None:
+    """``v0.19.1``, ``0.19.1-cu128``, ``1.2.0rc1`` -> a comparable release (None: not one)."""
+    head = text.strip().removeprefix("v").split("-", 1)[0].split("+", 1)[0]
+    try:
+        return Version(head)
+    except InvalidVersion:
+        return None
+
+
+def stream_fields(continuous_usage: bool | None = None) -> dict:
+    """Streaming with a final usage chunk, as every OpenAI-compatible stack understands it.
+
+    ``continuous_usage`` (vLLM, TensorRT-LLM): cumulative usage on every chunk too, so a chunk
+    that carries several tokens (speculative decoding) counts them all; sent explicitly where
+    the engine has the field (TensorRT-LLM defaults it on, vLLM off). None: not sent.
+    """
+    options: dict = {"include_usage": True}
+    if continuous_usage is not None:
+        options["continuous_usage_stats"] = continuous_usage
+    return {"stream": True, "stream_options": options}
 
 
 def installed_version(distribution: str) -> str:
@@ -162,7 +236,7 @@ def installed_version(distribution: str) -> str:
 
 
 def chat_request(*, served_model: str, messages: list[dict], sampling: SamplingSpec,
-                 max_tokens: int) -> dict:
+                 max_tokens: int, continuous_usage: bool | None = None) -> dict:
     """What every OpenAI-compatible chat request carries: the model, the messages, the length
     cap, the sampling knobs the OpenAI schema has, and streaming with a final usage chunk."""
     return {
@@ -172,7 +246,7 @@ def chat_request(*, served_model: str, messages: list[dict], sampling: SamplingS
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "seed": sampling.seed,
-        **stream_fields(),
+        **stream_fields(continuous_usage),
     }
 
 
@@ -188,20 +262,6 @@ def vllm_style_sampling(sampling: SamplingSpec, *, max_tokens: int, force_length
         "ignore_eos": force_length,
         "min_tokens": max_tokens if force_length else 0,
     }
-
-
-def cached_prompt_tokens(usage: dict | None) -> int | None:
-    """Prompt tokens served from the prefix cache, from an OpenAI-style ``usage`` object.
-
-    OpenAI, vLLM (``--enable-prompt-tokens-details``), SGLang (``--enable-cache-report``) and
-    TensorRT-LLM put it in ``usage.prompt_tokens_details.cached_tokens``; ``None`` when absent
-    (absent is not zero: vLLM omits the details unless asked).
-    """
-    details = (usage or {}).get("prompt_tokens_details")
-    if not isinstance(details, dict):
-        return None
-    cached = details.get("cached_tokens")
-    return int(cached) if isinstance(cached, (int, float)) else None
 
 
 def hf_model_in_container(

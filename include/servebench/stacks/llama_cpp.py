@@ -14,6 +14,7 @@ from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.base import (
     LaunchSpec,
+    PrefixCacheCounters,
     StackAdapter,
     chat_request,
     register_stack,
@@ -30,6 +31,11 @@ class LlamaCppStack(StackAdapter):
     name = "llama_cpp"
     engine = "llama.cpp"
     tokenize_path = "/tokenize"
+    version_path = "/props"  # {"build_info": "b<build>-<commit>", ...}
+    # prompt tokens reused from the cache / processed (the cached ones not included)
+    prefix_cache_counters = (PrefixCacheCounters(
+        "llamacpp:prompt_tokens_cached_total", "llamacpp:prompt_tokens_total",
+        total_includes_hits=False),)
 
     def _server_bin(self, settings: Settings) -> Path:
         return settings.llama_bin / "llama-server"
@@ -95,6 +101,10 @@ class LlamaCppStack(StackAdapter):
             "ignore_eos": force_length,
             "cache_prompt": variant.prefix_caching,
         }
+
+    def served_version(self, payload: dict) -> str | None:
+        build = payload.get("build_info")
+        return str(build) if build else None
 
     def version(self, settings: Settings) -> str:
         try:

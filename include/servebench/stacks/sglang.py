@@ -14,6 +14,22 @@ its NGRAM drafter is a trie with no min/max match-window flags in current releas
 Request dialect (``python/sglang/srt/entrypoints/openai/protocol.py``): top_k (``-1``
 disables), min_p, min_tokens, repetition_penalty and ignore_eos are extras on the OpenAI
 request. Exact output length: ``ignore_eos`` plus ``min_tokens = max_tokens``.
+``stream_options.continuous_usage_stats`` (since v0.5.5) puts cumulative usage on every chunk.
+
+Checked against v0.5.18 (facts in ``tests/fixtures/engines/sglang.yaml``); every rendered flag
+and value exists from v0.5.5 (bf16 KV cache, modelopt_fp8 and compressed-tensors from v0.5.4,
+continuous_usage_stats from v0.5.5) through v0.5.23.
+
+Known limit: ``seed``. The chat route passes it on as ``sampling_seed`` only from v0.5.7
+(older releases accept and ignore it), and even then it takes effect only with
+``--enable-deterministic-inference``, which this adapter does not set (it changes the kernels,
+so the speed measured would not be the serving speed). With ``temperature > 0`` the cells
+say so in their provenance (``engine_notes``).
+
+Prefix-cache hit rate: ``sglang:cached_tokens_total`` (labelled by ``cache_source``; summed) over
+``sglang:prompt_tokens_total`` (whole prompts, the cached tokens included), both counted when a
+request finishes (``observability/metrics_collector.py``). ``sglang:cache_hit_rate`` is a
+last-value gauge that each decode log resets to 0, so it is not used.
 """
 
 from __future__ import annotations
@@ -25,6 +41,7 @@ from servebench.settings import Settings
 from servebench.stacks.base import (
     ContainerLaunch,
     LaunchSpec,
+    PrefixCacheCounters,
     StackAdapter,
     chat_request,
     hf_model_in_container,
@@ -35,6 +52,7 @@ from servebench.stacks.base import (
 from servebench.stacks.llama_cpp import GGUF_QUANTS
 
 DEFAULT_IMAGE = "lmsysorg/sglang:v0.5.18"  # pin per variant with `image:`
+DETERMINISTIC_FLAG = "--enable-deterministic-inference"
 
 QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantization (QUANTIZATION_CHOICES)
     "none": None, "bf16": None, "bfloat16": None, "f16": None, "fp16": None, "float16": None,
@@ -57,13 +75,12 @@ SPEC_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN",
 class SglangStack(StackAdapter):
     name = "sglang"
     engine = "sglang"
-    server_metrics = {
-        "prefix_cache_hit_rate": "sglang:cache_hit_rate",  # gauge
-        "kv_cache_usage": "sglang:token_usage",
-        "spec_accept_length": "sglang:spec_accept_length",
-        "running": "sglang:num_running_reqs",
-        "waiting": "sglang:num_queue_reqs",
-    }
+    checked_versions = ">=0.5.5,<0.6"
+    # /server_info from v0.5.6; this older name answers across the whole range (logging a
+    # deprecation warning from v0.5.6)
+    version_path = "/get_server_info"
+    prefix_cache_counters = (PrefixCacheCounters(
+        "sglang:cached_tokens_total", "sglang:prompt_tokens_total", total_includes_hits=True),)
 
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
         problems = []
@@ -173,7 +190,7 @@ class SglangStack(StackAdapter):
     ) -> dict:
         return {
             **chat_request(served_model=served_model, messages=messages, sampling=sampling,
-                           max_tokens=max_tokens),
+                           max_tokens=max_tokens, continuous_usage=True),
             # SGLang: top_k -1 disables top-k
             **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
                                   top_k_disabled=-1),
@@ -181,3 +198,9 @@ class SglangStack(StackAdapter):
 
     def version(self, settings: Settings) -> str:
         return installed_version("sglang")
+
+    def known_limits(self, variant: VariantSpec, sampling: SamplingSpec) -> list[str]:
+        if sampling.temperature == 0.0 or DETERMINISTIC_FLAG in variant.extra_args:
+            return []
+        return [(f"seed: sglang's chat route honours seed only from v0.5.7 and only with "
+                 f"{DETERMINISTIC_FLAG} (not set), so sampled outputs are not reproducible")]

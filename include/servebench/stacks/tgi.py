@@ -7,8 +7,18 @@ together with ``--quantize``), ``--kv-cache-dtype`` (fp8_e4m3fn, fp8_e5m2), ``--
 ``--max-total-tokens``, ``--max-batch-prefill-tokens``, ``--max-concurrent-requests``,
 ``--num-shard``, ``--cuda-memory-fraction``, ``--speculate`` (n-gram, or Medusa heads when the
 model has them), ``--hostname``, ``--port``. Prefix caching is the environment variable
-``PREFIX_CACHING`` (v2.3.1 also needed ``USE_PREFIX_CACHING``:
-huggingface/text-generation-inference#2676); both are set.
+``PREFIX_CACHING`` (read since v2.4.0; ``USE_PREFIX_CACHING``, its v2.3 name, is read no more).
+Checked against v3.3.6 (``launcher/src/main.rs``, ``router/src/{lib,chat,validation}.rs``,
+``Dockerfile``; facts in ``tests/fixtures/engines/tgi.yaml``).
+
+Container: the image's entrypoint ``/tgi-entrypoint.sh`` runs ``ldconfig`` and activates the
+server's venv, then ``exec text-generation-launcher "$@"``: it is kept, and only the launcher's
+arguments are passed. The image sets ``HF_HOME=/data``, so the host's hub cache is mounted at
+``/data/hub`` (its ``HUGGINGFACE_HUB_CACHE=/data`` was dropped in v2.3.0).
+
+Streaming: with ``stream_options.include_usage`` the usage comes in its own chunk after the
+finish chunk, with empty ``choices`` (``router/src/chat.rs`` since v3.2.0; before, it rode on
+the finish chunk), which is why v3.2 is the oldest release this adapter is checked for.
 
 What TGI cannot do:
 
@@ -17,10 +27,15 @@ What TGI cannot do:
   ``ignore_eos_token`` for its own benchmark tool: issues #1304, #1944, PR #898 closed).
   ``check`` therefore rejects TGI variants while load cells require exact length;
   ``can_force_length`` is False.
-* carry top_k, min_p or repetition_penalty on the OpenAI route (its ChatRequest has only the
-  OpenAI fields; unknown fields are silently dropped), so ``sampling_problems`` rejects any
-  non-neutral value rather than sending something TGI ignores. ``top_p`` must lie in (0, 1):
-  1.0 is sent as "absent", which means no nucleus filtering. ``temperature: 0`` is greedy.
+* carry top_k or min_p on the OpenAI route (its ChatRequest has only the OpenAI fields;
+  unknown fields are silently dropped), so ``sampling_problems`` rejects any non-neutral value
+  rather than sending something TGI ignores. repetition_penalty *is* carried: the chat route
+  turns ``presence_penalty`` into ``repetition_penalty = presence_penalty + 2.0``
+  (``router/src/lib.rs`` ``ChatRequest::try_into_generate``), so ``presence_penalty =
+  repetition_penalty - 2.0`` is sent, always (absent means no penalty, 1.0). ``top_p`` must lie
+  in (0, 1): 1.0 is sent as "absent", which means no nucleus filtering. ``temperature: 0`` is
+  greedy only without top_p: with ``top_p < 1`` TGI samples again, at temperature 1
+  (``server/text_generation_server/utils/tokens.py``), so that pair is rejected.
 * ``max_num_seqs`` maps to ``--max-concurrent-requests``: TGI *refuses* requests above it
   rather than queueing them, so load points above max_num_seqs record errors.
 """
@@ -55,9 +70,11 @@ DTYPES = {"float16", "bfloat16"}
 KV_CACHE_DTYPES = {"fp8": "fp8_e4m3fn", "fp8_e4m3": "fp8_e4m3fn", "fp8_e4m3fn": "fp8_e4m3fn",
                    "fp8_e5m2": "fp8_e5m2"}
 EXACT_LENGTH_PROBLEM = (
-    "exact output length: tgi cannot force it (no ignore_eos/min_tokens on any TGI HTTP "
-    "route: huggingface/text-generation-inference#1944), and every load cell needs it"
+    "exact output length: tgi cannot force it (router/src/validation.rs hard-codes "
+    "ignore_eos_token false and no HTTP route has ignore_eos or min_new_tokens: "
+    "huggingface/text-generation-inference#1944), and every load cell needs it"
 )
+HUB_CACHE_IN_CONTAINER = "/data/hub"  # the image's HF_HOME=/data, plus huggingface_hub's hub/
 
 
 @register_stack
@@ -65,11 +82,8 @@ class TgiStack(StackAdapter):
     name = "tgi"
     engine = "text-generation-inference"
     can_force_length = False
-    server_metrics = {
-        "generated_tokens": "tgi_request_generated_tokens",  # histogram
-        "queue_size": "tgi_queue_size",
-        "batch_size": "tgi_batch_current_size",
-    }
+    checked_versions = ">=3.2,<4"
+    version_path = "/info"  # {"version": "3.3.6-dev0", "sha": ..., ...}
 
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
         problems = [EXACT_LENGTH_PROBLEM]
@@ -106,12 +120,24 @@ class TgiStack(StackAdapter):
                                 "model itself; point model at the Medusa checkpoint")
         return problems
 
+    def served_version(self, payload: dict) -> str | None:
+        version, sha = payload.get("version"), payload.get("sha")
+        if not version:
+            return None
+        return f"{version} ({sha[:12]})" if sha else str(version)
+
     def sampling_problems(self, sampling: SamplingSpec) -> list[str]:
         problems = []
-        for field_name, neutral in (("top_k", 0), ("min_p", 0.0), ("repetition_penalty", 1.0)):
+        for field_name, neutral in (("top_k", 0), ("min_p", 0.0)):
             if getattr(sampling, field_name) != neutral:
                 problems.append(f"field sampling.{field_name}: tgi's /v1/chat/completions "
                                 f"cannot carry it (only {neutral!r} is comparable)")
+        if not 0.0 <= sampling.repetition_penalty <= 4.0:
+            problems.append("field sampling.repetition_penalty: tgi carries it as "
+                            "presence_penalty - 2.0, which must lie in [-2, 2]")
+        if sampling.temperature == 0.0 and sampling.top_p < 1.0:
+            problems.append("field sampling.top_p: with temperature 0 tgi is greedy only "
+                            "without top_p; top_p < 1 makes it sample at temperature 1")
         return problems
 
     def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
@@ -146,8 +172,7 @@ class TgiStack(StackAdapter):
 
     @staticmethod
     def _env(variant: VariantSpec) -> dict[str, str]:
-        flag = "1" if variant.prefix_caching else "0"
-        return {"PREFIX_CACHING": flag, "USE_PREFIX_CACHING": flag}
+        return {"PREFIX_CACHING": "1" if variant.prefix_caching else "0"}
 
     def local_launch(
         self, variant: VariantSpec, *, host: str, port: int, settings: Settings
@@ -160,9 +185,8 @@ class TgiStack(StackAdapter):
     def container_launch(
         self, variant: VariantSpec, *, port: int, settings: Settings
     ) -> ContainerLaunch:
-        # the image keeps its hub cache in /data (HUGGINGFACE_HUB_CACHE=/data)
         hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-        volumes = {str(hf_home / "hub"): "/data"}
+        volumes = {str(hf_home / "hub"): HUB_CACHE_IN_CONTAINER}
         local = settings.resolve(variant.model)
         model = variant.model
         if local.exists():
@@ -170,7 +194,7 @@ class TgiStack(StackAdapter):
             volumes[str(local)] = model
         return ContainerLaunch(
             image=variant.image or DEFAULT_IMAGE,
-            entrypoint=["text-generation-launcher"],
+            entrypoint=None,  # /tgi-entrypoint.sh: ldconfig, the venv, then the launcher
             command=self._args(variant, model, host="0.0.0.0", port=port),
             served_model=model,
             port=port,
@@ -199,5 +223,6 @@ class TgiStack(StackAdapter):
                             max_tokens=max_tokens)
         if sampling.top_p >= 1.0:  # TGI rejects top_p >= 1; absent means no filtering
             del body["top_p"]
+        body["presence_penalty"] = sampling.repetition_penalty - 2.0  # see module docstring
         # force_length cannot be honoured (see module docstring); check() rejects the variant
         return body

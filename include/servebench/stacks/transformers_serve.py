@@ -47,6 +47,7 @@ def special_token_ids(model_dir: str) -> dict[str, int]:
 class TransformersServeStack(StackAdapter):
     name = "transformers"
     engine = "transformers-serve"
+    metrics_path = None  # `transformers serve` exports no Prometheus metrics
     # forced past its end, the model emits eos tokens that are decoded to no text
     forced_tokens_stream_as_text = False
 
@@ -96,7 +97,8 @@ class TransformersServeStack(StackAdapter):
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if variant.threads:  # torch's intra-op pool
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(variant.threads)
-        return LaunchSpec(argv=argv, served_model=model, metrics_path=None, env=env)
+        return LaunchSpec(argv=argv, served_model=model, metrics_path=self.metrics_path,
+                          env=env)
 
     def chat_body(
         self,

@@ -1,30 +1,47 @@
 """TensorRT-LLM's ``trtllm-serve`` (PyTorch backend), locally or in the NGC release image.
 
-Flags are the click options of ``tensorrt_llm/commands/serve.py``: ``MODEL`` (positional),
-``--host``, ``--port``, ``--backend pytorch``, ``--max_batch_size``, ``--max_num_tokens``,
-``--max_seq_len``, ``--tp_size``, ``--kv_cache_free_gpu_memory_fraction`` (a fraction of the
-memory *free after weights*, not of the whole GPU), ``--revision`` and
-``--extra_llm_api_options`` (alias ``--config``): a YAML of LLM-API arguments. That YAML
-carries what has no flag (``tensorrt_llm/llmapi/llm_args.py``): ``kv_cache_config.dtype``
-(auto/fp8), ``kv_cache_config.enable_block_reuse`` (prefix caching),
-``speculative_config`` (``decoding_type`` NGram/Draft_Target/Eagle3/MTP with
-``max_draft_len``, ``speculative_model``, ``max_matching_ngram_size``,
-``num_nextn_predict_layers``) and ``dtype``. There is no served-model-name flag: responses
-name the model argument. Quantization is read from the checkpoint (ModelOpt
-``hf_quant_config.json``); the PyTorch backend has no Medusa
-(``MedusaDecodingConfig.supports_backend``) and runs EAGLE heads as ``Eagle3``.
+Checked against 1.3.0rc3 (``tensorrt_llm/commands/serve.py``, ``serve/openai_protocol.py``,
+``serve/openai_server.py``, ``llmapi/llm_args.py``, ``metrics/collector.py``; facts in
+``tests/fixtures/engines/trtllm.yaml``), the default image's release; the range is that
+release series (1.1 had no ``--revision`` and unprefixed metric names; 1.2 had no ``Eagle3``
+decoding type and streamed continuous usage by default).
 
-Request dialect (``tensorrt_llm/serve/openai_protocol.py``, ``extra="forbid"``: unknown
-fields are rejected, so only its own fields are sent): top_k (0 disables), min_p,
-repetition_penalty, seed, ignore_eos, min_tokens. Exact output length: ``ignore_eos`` plus
-``min_tokens``. Prometheus metrics live at ``/prometheus/metrics`` (``/metrics`` is JSON
-iteration stats).
+Flags are the click options of ``serve.py``: ``MODEL`` (positional), ``--host``, ``--port``,
+``--backend pytorch``, ``--max_batch_size``, ``--max_num_tokens``, ``--max_seq_len``,
+``--tp_size``, ``--kv_cache_free_gpu_memory_fraction`` (a fraction of the memory *free after
+weights*, not of the whole GPU), ``--revision`` (from 1.2; later releases rename it
+``--hf_revision`` and keep this as an alias) and ``--extra_llm_api_options`` (alias
+``--config``): a YAML of LLM-API arguments (``TorchLlmArgs``, extra fields forbidden). That
+YAML carries what has no flag: ``kv_cache_config.dtype`` (auto/fp8),
+``kv_cache_config.enable_block_reuse`` (prefix caching), ``dtype``,
+``return_perf_metrics: true`` (without it the Prometheus endpoint is not mounted) and
+``speculative_config``: ``decoding_type`` NGram/DraftTarget/Eagle3/MTP (the keys of
+``DecodingBaseConfig.from_dict``: ``DraftTarget``, not the class's ``Draft_Target``) with
+``max_draft_len`` (MTP too: ``num_nextn_predict_layers`` is remapped to it and deprecated),
+``speculative_model`` and ``max_matching_ngram_size``. Quantization is read from the
+checkpoint (ModelOpt ``hf_quant_config.json``); the PyTorch backend has no Medusa and runs
+EAGLE heads as ``Eagle3``.
+
+There is no served-model-name flag in this series: responses name the model argument, or,
+for a local checkpoint folder, the folder's name (``OpenAIServer.__init__``).
+
+Request dialect (``openai_protocol.py``, ``extra="forbid"``: unknown fields are rejected, so
+only its own fields are sent): top_k (0 disables), min_p, repetition_penalty, seed,
+ignore_eos, min_tokens. Exact output length: ``ignore_eos`` plus ``min_tokens``.
+``stream_options.continuous_usage_stats`` defaulted to true before 1.3 and false since, so it
+is sent explicitly. Prometheus metrics live at ``/prometheus/metrics/`` (the trailing slash:
+releases without vLLM's path-regex workaround answer the bare path with a redirect, which
+the scrape does not follow; ``/metrics`` is JSON iteration stats). This series exports no
+prompt-token counters (``trtllm_prompt_cached_tokens_total`` came later), so the prefix-cache
+hit rate comes from the responses' ``usage.prompt_tokens_details.cached_tokens``.
+``GET /version`` answers ``{"version": ...}``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import shutil
+from pathlib import PurePosixPath
 
 import yaml
 
@@ -41,7 +58,7 @@ from servebench.stacks.base import (
 )
 from servebench.stacks.llama_cpp import GGUF_QUANTS
 
-DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.2.1"  # pin per variant with `image:`
+DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc3"  # pin per variant with `image:`
 CONFIG_IN_CONTAINER = "/etc/servebench/trtllm-extra-options.yaml"
 
 # quantization comes from the checkpoint; these are the names a variant may declare
@@ -50,7 +67,12 @@ QUANTS = {"none", "bf16", "bfloat16", "f16", "fp16", "float16", "fp8", "nvfp4", 
 QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
                 "fp16": "float16", "float16": "float16"}
 KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8"}
-SPEC_TYPES = {"ngram": "NGram", "draft": "Draft_Target", "eagle3": "Eagle3", "mtp": "MTP"}
+SPEC_TYPES = {"ngram": "NGram", "draft": "DraftTarget", "eagle3": "Eagle3", "mtp": "MTP"}
+
+
+def served_name(model: str, is_folder: bool) -> str:
+    """The model name the server answers with: a local checkpoint folder's own name."""
+    return PurePosixPath(model).name if is_folder else model
 
 
 def extra_llm_api_options(variant: VariantSpec) -> dict:
@@ -58,18 +80,14 @@ def extra_llm_api_options(variant: VariantSpec) -> dict:
     kv: dict = {"enable_block_reuse": variant.prefix_caching}
     if variant.kv_cache_dtype:
         kv["dtype"] = KV_CACHE_DTYPES.get(variant.kv_cache_dtype, variant.kv_cache_dtype)
-    options: dict = {"kv_cache_config": kv}
+    options: dict = {"kv_cache_config": kv, "return_perf_metrics": True}
     dtype = variant.dtype or QUANT_DTYPES.get(variant.quant.lower())
     if dtype:
         options["dtype"] = dtype
     spec = variant.speculative
     if spec is not None and spec.method in SPEC_TYPES:
-        n = spec.num_speculative_tokens
-        cfg: dict = {"decoding_type": SPEC_TYPES[spec.method]}
-        if spec.method == "mtp":
-            cfg["num_nextn_predict_layers"] = n
-        else:
-            cfg["max_draft_len"] = n
+        cfg: dict = {"decoding_type": SPEC_TYPES[spec.method],
+                     "max_draft_len": spec.num_speculative_tokens}
         if spec.draft_model:
             cfg["speculative_model"] = spec.draft_model
         if spec.method == "ngram" and spec.ngram_max is not None:
@@ -82,7 +100,9 @@ def extra_llm_api_options(variant: VariantSpec) -> dict:
 class TrtllmStack(StackAdapter):
     name = "trtllm"
     engine = "tensorrt-llm"
-    server_metrics = {}  # names under /prometheus/metrics vary by release; scraped as-is
+    checked_versions = ">=1.3.0rc3,<1.4"
+    version_path = "/version"
+    metrics_path = "/prometheus/metrics/"
 
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
         problems = []
@@ -147,25 +167,27 @@ class TrtllmStack(StackAdapter):
         model = str(local) if local.exists() else variant.model
         exe = shutil.which("trtllm-serve") or "trtllm-serve"
         argv = [exe, *self._args(variant, model, host=host, port=port, config_path=str(path))]
-        return LaunchSpec(argv=argv, served_model=model, metrics_path="/prometheus/metrics")
+        return LaunchSpec(argv=argv, served_model=served_name(model, local.is_dir()),
+                          metrics_path=self.metrics_path)
 
     def container_launch(
         self, variant: VariantSpec, *, port: int, settings: Settings
     ) -> ContainerLaunch:
         model, volumes = hf_model_in_container(variant, settings)
+        folder = settings.resolve(variant.model).is_dir()
         return ContainerLaunch(
             image=variant.image or DEFAULT_IMAGE,
             entrypoint=["trtllm-serve"],
             command=self._args(variant, model, host="0.0.0.0", port=port,
                                config_path=CONFIG_IN_CONTAINER),
-            served_model=model,
+            served_model=served_name(model, folder),
             port=port,
             ports={port: port},
             gpus=variant.tensor_parallel_size,
             shm_size="16g",
             volumes=volumes,
             files={CONFIG_IN_CONTAINER: self._options_text(variant)},
-            metrics_path="/prometheus/metrics",
+            metrics_path=self.metrics_path,
         )
 
     def chat_body(
@@ -180,7 +202,7 @@ class TrtllmStack(StackAdapter):
     ) -> dict:
         return {
             **chat_request(served_model=served_model, messages=messages, sampling=sampling,
-                           max_tokens=max_tokens),
+                           max_tokens=max_tokens, continuous_usage=True),
             # TensorRT-LLM: top_k 0 disables top-k
             **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
                                   top_k_disabled=0),

@@ -10,7 +10,15 @@ carry ``prompt_tokens_details.cached_tokens``.
 Request dialect (``vllm/entrypoints/openai/protocol.py`` ChatCompletionRequest): top_k, min_p,
 repetition_penalty, seed, ignore_eos and min_tokens are accepted extras; ``stream_options``
 takes ``include_usage`` and ``continuous_usage_stats`` (cumulative usage on every chunk).
-Exact output length: ``ignore_eos`` plus ``min_tokens = max_tokens``.
+Exact output length: ``ignore_eos`` plus ``min_tokens``. The length cap is sent as
+``max_completion_tokens`` (since v0.6.4; ``max_tokens`` is deprecated there).
+
+Checked against v0.19.1 (facts in ``tests/fixtures/engines/vllm.yaml``); the oldest release
+every rendered path works on is v0.15.0 (the ``draft_model`` speculative method raised
+NotImplementedError on the V1 engine before; ``vllm:prefix_cache_*_total`` since v0.9.2).
+``experts_int8`` is refused: deprecated from v0.14.0, the server will not start with it
+unless ``--allow-deprecated-quantization`` is given (``ModelConfig._verify_quantization``).
+``GET /version`` answers ``{"version": ...}``.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from servebench.settings import Settings
 from servebench.stacks.base import (
     ContainerLaunch,
     LaunchSpec,
+    PrefixCacheCounters,
     StackAdapter,
     chat_request,
     hf_model_in_container,
@@ -43,7 +52,11 @@ QUANT_FLAGS: dict[str, str | None] = {
     "fp8": "fp8", "awq": "awq_marlin", "gptq": "gptq_marlin", "awq_marlin": "awq_marlin",
     "gptq_marlin": "gptq_marlin", "compressed-tensors": "compressed-tensors",
     "bitsandbytes": "bitsandbytes", "modelopt": "modelopt", "modelopt_fp4": "modelopt_fp4",
-    "mxfp4": "mxfp4", "experts_int8": "experts_int8",
+    "mxfp4": "mxfp4",
+}
+DEPRECATED_QUANTS = {
+    "experts_int8": "deprecated in vLLM 0.14-0.19: the server refuses to start with it unless "
+                    "--allow-deprecated-quantization is passed (put both in extra_args to insist)",
 }
 QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
                 "fp16": "float16", "float16": "float16"}
@@ -77,15 +90,12 @@ def speculative_config(variant: VariantSpec) -> dict | None:
 class VllmStack(StackAdapter):
     name = "vllm"
     engine = "vllm"
-    server_metrics = {
-        "prefix_cache_hits": "vllm:prefix_cache_hits_total",  # tokens
-        "prefix_cache_queries": "vllm:prefix_cache_queries_total",  # tokens
-        "kv_cache_usage": "vllm:kv_cache_usage_perc",
-        "spec_accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-        "spec_draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-        "running": "vllm:num_requests_running",
-        "waiting": "vllm:num_requests_waiting",
-    }
+    checked_versions = ">=0.15.0,<0.20"
+    version_path = "/version"
+    # v1 engine: prefix-cache hits / queries, both in tokens; queries include hits
+    prefix_cache_counters = (PrefixCacheCounters(
+        "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
+        total_includes_hits=True),)
 
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
         problems = []
@@ -95,6 +105,8 @@ class VllmStack(StackAdapter):
                 f"field quant {variant.quant!r}: vllm does not serve GGUF quants here (they "
                 "belong to llama_cpp; vLLM's GGUF loader is experimental)"
             )
+        elif quant in DEPRECATED_QUANTS:
+            problems.append(f"field quant {variant.quant!r}: {DEPRECATED_QUANTS[quant]}")
         elif quant not in QUANT_FLAGS:
             problems.append(
                 f"field quant {variant.quant!r}: vllm knows {sorted(QUANT_FLAGS)}"
@@ -178,14 +190,15 @@ class VllmStack(StackAdapter):
         force_length: bool,
         variant: VariantSpec,
     ) -> dict:
-        return {
+        body = {
             **chat_request(served_model=served_model, messages=messages, sampling=sampling,
-                           max_tokens=max_tokens),
+                           max_tokens=max_tokens, continuous_usage=True),
             # -1 disables top-k in every vLLM version
             **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
                                   top_k_disabled=-1),
-            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
+        body["max_completion_tokens"] = body.pop("max_tokens")  # max_tokens is deprecated
+        return body
 
     def version(self, settings: Settings) -> str:
         return installed_version("vllm")
