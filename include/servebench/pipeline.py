@@ -318,7 +318,7 @@ def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressi
     import hashlib
 
     from servebench.notify.charts import latency_throughput_chart, trend_chart
-    from servebench.trends.nightly import load_history
+    from servebench.trends.nightly import MOVES, load_history
 
     folder = f"charts-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
     charts: dict[str, str] = {}
@@ -332,7 +332,7 @@ def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressi
         files.append((title, name, png))
         pngs[key] = png
 
-    moved = regressions[regressions["kind"].isin(["regression", "improvement"])]
+    moved = regressions[regressions["kind"].isin(MOVES)]
     if not moved.empty:
         _, _, series = load_history(store, run_id)
         for i, alert in enumerate(moved.to_dict("records")):

@@ -115,3 +115,25 @@ def local_sweep():
         data["targets"] = targets
         return data
     return build
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """A llama-server of the project's f16 model on loopback, started and stopped by the test
+    module as someone else's server would be: the Endpoint it answers at."""
+    from servebench.config import parse_sweep
+    from servebench.provision.local import LocalProvisioner
+    from servebench.settings import get_settings
+    from servebench.stacks.base import get_stack
+
+    settings = get_settings()
+    spec = parse_sweep({**yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml")
+                                        .read_text()), "cross_stack": []}, "local")
+    target = next(t for t in spec.targets if t.stack == "llama_cpp")
+    variant = next(v for v in target.variants if v.model == "build/models/adder-3m-f16.gguf")
+    owner = LocalProvisioner(tmp_path_factory.mktemp("owner"), settings)
+    endpoint = owner.launch("owner", target, variant, get_stack("llama_cpp"))
+    try:
+        yield endpoint
+    finally:
+        owner.stop(endpoint)

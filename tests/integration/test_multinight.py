@@ -4,11 +4,9 @@ variant's llama-server loses its batch slots (--parallel 4 -> 1) under a concurr
 three of every four requests wait for whole ones to finish. By the morning after the third slowed
 night at the latest the digest names that change -- TTFT worse and, as truly, TPOT better (a
 lone request decodes faster); E2E, throughput and cost follow less surely -- with its one cause
-and its charts, and nothing else; no earlier night raised anything.
-
-Run with `make proof` (needs `make setup airflow-db`), about 2.5 minutes. Not in `make test`:
-it measures real latencies night after night, and on this 2-core VM the other variant has
-nights that move for reasons of the host (README lists what the runs here showed).
+and its charts, and nothing else; no earlier night raised anything. The host itself may move
+on a shared VM (both variants slower from one night, nothing recorded changed): that is said
+apart, as a host change, and never as a variant's regression.
 """
 
 import datetime as dt
@@ -19,6 +17,7 @@ import pytest
 import yaml
 from servebench.results.store import ResultStore
 from servebench.settings import PROJECT_ROOT
+from servebench.trends.nightly import HOST_CHANGED
 
 pytestmark = [pytest.mark.integration, pytest.mark.multinight]
 
@@ -84,7 +83,10 @@ def test_the_slowdown_is_found_with_its_cause_and_nothing_else(nights):
                                                                     "tpot_ms_p95",
                                                                     "itl_ms_p95"}
     before = alerts[alerts["run_date"] < slowed_day]
-    assert before[before["kind"] != "gate_failure"].empty
+    assert before[~before["kind"].isin(["gate_failure", "host_change"])].empty
+    # the host itself may move on a shared VM: said apart, never as a variant's regression
+    host = alerts[alerts["kind"] == "host_change"]
+    assert (host["cause"] == HOST_CHANGED).all() and slowed_day not in set(host["change_date"])
 
 
 def test_the_digest_of_that_morning_names_it_with_its_charts(nights):
@@ -93,8 +95,7 @@ def test_the_digest_of_that_morning_names_it_with_its_charts(nights):
     day = alerts[alerts["kind"] == "regression"]["run_date"].min()
     [digest] = [Path(f) for f in store.find(f"digests/date={day}") if f.endswith(".md")]
     text = digest.read_text()
-    section = text.split("## Regressions", 1)[1].split("\n## Quality gate", 1)[0]
-    section = section.split("\n## adder", 1)[0]  # the alerts, before the target's table
+    section = text.split("## Regressions", 1)[1].split("\n## ", 1)[0]  # that section only
     assert "adder / victim" in section and "steady" not in section
     assert "--parallel 4 -> 1" in section
     charts = re.findall(r"\(\[chart\]\(([^)]+)\)\)", section)

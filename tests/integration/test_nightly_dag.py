@@ -113,7 +113,7 @@ def test_servers_stopped_and_digest_written(published):
     # what each quant buys against f16, with intervals, beside its accuracy cost
     assert "## What each variant buys" in text and "| q2_k vs f16" in text
     # a first night has no history to regress from; the gate still fails the harsh quant
-    assert "No regressions, improvements or newly failing cells." in text
+    assert "No regressions, improvements, newly failing cells or host changes." in text
 
 
 def test_detect_attached_the_nights_alerts(published):

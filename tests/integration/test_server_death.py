@@ -62,3 +62,35 @@ def test_a_server_killed_mid_run_fails_its_cells_with_the_signal(tmp_path):
     assert "the server had died" in result.cells[1]["reason"]
     assert result.evals == [] and all(c.get("accuracy") is None for c in result.cells)
     assert not list(tmp_path.glob("*.server.json"))
+
+
+def test_a_server_killed_during_the_golden_set_leaves_no_accuracy(tmp_path, monkeypatch):
+    import servebench.runner as runner_module
+
+    data = _spec().model_dump(mode="json")
+    data["workloads"][0]["num_requests"] = 8  # the perf cells end soon; the kill lands later
+    data["load"]["concurrency"] = [2]
+    spec = parse_sweep(data, "test")
+    target = spec.targets[0]
+    real = runner_module.run_golden_set
+
+    def killed_during(*args, **kwargs):  # the golden set starts: the server dies under it
+        pid = json.loads(next(tmp_path.glob("*.server.json")).read_text())["pid"]
+        # killed as it starts (200 items take this model under a second: a timer could land
+        # after the last answer), and gone before the first question
+        os.killpg(pid, signal.SIGKILL)
+        time.sleep(0.5)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "run_golden_set", killed_during)
+    result = VariantRunner(spec, target, target.variants[0], run_id="t",
+                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path)).run()
+    [cell] = result.cells
+    # measured while the server lived, but without a quality number it is not comparable
+    assert cell["n_ok"] == 8 and cell["status"] == "invalid"
+    assert "the server died during the golden set" in cell["reason"]
+    assert "killed by SIGKILL (-9)" in cell["reason"]
+    assert cell.get("accuracy") is None and cell.get("golden_set") is None
+    # the answers are kept as data, the ones the dead server could not give with their error
+    assert result.evals and any(e["error"] for e in result.evals)
+    assert not list(tmp_path.glob("*.server.json"))

@@ -4,16 +4,13 @@ set run through the same VariantRunner the DAG uses, and left running afterwards
 does not answer becomes failed cells that say so."""
 
 import pytest
-import yaml
 from servebench.config import parse_sweep
 from servebench.provision import get_provisioner
-from servebench.provision.local import LocalProvisioner, free_port
+from servebench.provision.local import free_port
 from servebench.runner import VariantRunner
-from servebench.settings import PROJECT_ROOT, get_settings
-from servebench.stacks.base import get_stack
+from servebench.settings import get_settings
 
 pytestmark = pytest.mark.integration
-MODEL = "build/models/adder-3m-f16.gguf"
 
 
 def _spec(build, base_url: str, served_model: str, **provision):
@@ -26,21 +23,6 @@ def _spec(build, base_url: str, served_model: str, **provision):
     return parse_sweep(data, "test")
 
 
-@pytest.fixture(scope="module")
-def someone_elses_server(tmp_path_factory):
-    settings = get_settings()
-    spec = parse_sweep({**yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml")
-                                        .read_text()), "cross_stack": []}, "local")
-    target = next(t for t in spec.targets if t.stack == "llama_cpp")
-    variant = next(v for v in target.variants if v.model == MODEL)
-    owner = LocalProvisioner(tmp_path_factory.mktemp("owner"), settings)
-    endpoint = owner.launch("owner", target, variant, get_stack("llama_cpp"))
-    try:
-        yield endpoint
-    finally:
-        owner.stop(endpoint)
-
-
 def _run(spec):
     settings = get_settings()
     target = spec.targets[0]
@@ -49,9 +31,9 @@ def _run(spec):
                          provisioner=provisioner).run()
 
 
-def test_a_running_server_is_measured_as_it_is_and_left_running(someone_elses_server,
+def test_a_running_server_is_measured_as_it_is_and_left_running(llama_server,
                                                                  local_sweep):
-    server = someone_elses_server
+    server = llama_server
     result = _run(_spec(local_sweep, server.base_url, server.served_model))
     [cell] = result.cells
     assert cell["status"] == "ok", cell["reason"]

@@ -170,3 +170,83 @@ def test_a_drastic_night_needs_another_end_to_end_statistic_of_the_cell():
     cells.loc[last, "output_throughput"] = 900.0  # a third of the throughput gone
     assert _corroborated(cells, runs, e2e95, 0, last, s)
     assert _corroborated(cells.iloc[:3], runs, itl, 0, 2, s)  # too few nights: it stands
+
+
+def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14):
+    """``nights`` published and detected nights of variants f16 and q4, each variant's TTFT
+    p95 times ``shift[variant]`` from ``from_night`` on, nothing recorded changing."""
+    from servebench.pipeline import detect_regressions
+    from servebench.results.schema import rows_to_table
+    from servebench.results.store import ResultStore
+
+    rng = np.random.default_rng(5)
+    store = ResultStore(str(root))
+    day0 = dt.date(2026, 9, 1)
+    for night in range(nights):
+        day = day0 + dt.timedelta(days=night)
+        run_id = f"scheduled__{day.isoformat()}"
+        cells = [dict(run_id=run_id, run_date=day, cell_id=f"t/{v}/w/c4", target="t",
+                      stack="llama_cpp", variant=v, workload="w", load_point="c4",
+                      concurrency=4, engine_version="b1", model_file_sha256=v * 8,
+                      hardware="cpu", sampling_hash="s", status="ok",
+                      ttft_ms_p95=10.0 * (shift[v] if night >= from_night else 1.0)
+                      * (1 + 0.01 * rng.normal()))
+                 for v in ("f16", "q4")]
+        runs = [dict(run_id=run_id, run_date=day, dag_id="nightly_benchmark",
+                     sweep_name="local", logical_date=dt.datetime.combine(day, dt.time(2), dt.UTC),
+                     suite_git_sha="abc", sweep_hash="h", n_cells=2)]
+        store.publish(run_id, day, {"runs": rows_to_table("runs", runs),
+                                    "cells": rows_to_table("cells", cells)})
+        detect_regressions({"run_id": run_id, "run_date": day.isoformat()})
+    return store.read_table("regressions").to_pandas()
+
+
+def test_a_change_every_variant_shows_with_nothing_recorded_is_the_hosts(tmp_path, monkeypatch):
+    from servebench.trends.nightly import HOST_CHANGED, NOTHING_CHANGED
+
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "host"))
+    monkeypatch.setenv("SERVEBENCH_ANNOTATIONS", str(tmp_path / "none.yaml"))
+    host = _two_variant_nights(tmp_path / "host", {"f16": 1.2, "q4": 1.25})
+    assert set(host["kind"]) == {"host_change"}, host[["variant", "kind", "run_date"]]
+    assert set(host["variant"]) == {"f16", "q4"} and set(host["cause"]) == {HOST_CHANGED}
+    assert host["series_id"].is_unique  # raised once per series, like a regression
+    # one variant alone, the other steady: a regression, the host not blamed
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "one"))
+    one = _two_variant_nights(tmp_path / "one", {"f16": 1.0, "q4": 1.2})
+    assert one[["variant", "kind", "cause"]].values.tolist() == [
+        ["q4", "regression", NOTHING_CHANGED]]
+    # the other variant moved the other way, or by far less: not the host either
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "apart"))
+    apart = _two_variant_nights(tmp_path / "apart", {"f16": 0.8, "q4": 1.2})
+    assert set(apart["kind"]) == {"regression", "improvement"}
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "less"))
+    less = _two_variant_nights(tmp_path / "less", {"f16": 1.05, "q4": 1.3})
+    assert "host_change" not in set(less["kind"])
+
+
+def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
+    """From a local proof run: the victim's throughput, slots cut on night 14; the detector
+    placed the change on night 10, where a few nights ran 2-9% low. The recorded change of
+    night 14 steps the level further the same way: it is the change night."""
+    import pandas as pd
+    from servebench.trends.nightly import NOTHING_CHANGED, _attribute
+
+    tput = np.array([2761, 2760, 2756, 2542, 2746, 2662, 2635, 2735, 2766, 2724, 2493, 2654,
+                     2556, 2736, 2279], dtype=float)
+    n = len(tput)
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(n)],
+                         "run_date": [dt.date(2026, 11, 1 + i) for i in range(n)],
+                         "suite_git_sha": "abc", "sweep_hash": "h"})
+    where = {"target": "t", "stack": "llama_cpp", "variant": "victim", "workload": "w",
+             "load_point": "c4"}
+    cells = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
+                           "launch_args": '["llama-server", "--parallel", "%d"]'
+                           % (4 if i < 14 else 1)} for i in range(n)])
+    assert _attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2, values=tput) == (
+        14, "launch args --parallel 4 -> 1")
+    assert _attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2) == (10, NOTHING_CHANGED)
+    # a later recorded change the level did not step at (or stepped the other way) is not it
+    flat = tput.copy()
+    flat[14] = 2600
+    assert _attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2, values=flat) == (
+        10, NOTHING_CHANGED)

@@ -1,5 +1,5 @@
 """PNG charts for the digest, drawn with matplotlib (Agg, no display): a trend chart per
-regression or improvement -- the last nights of its series, the change night marked, the level
+regression, improvement or host change -- the last nights of its series, the change night marked, the level
 before and after -- and a latency-vs-throughput chart per target for tonight's load points.
 """
 
@@ -17,7 +17,8 @@ import pandas as pd  # noqa: E402
 from servebench.trends.series import metric_label  # noqa: E402
 
 NIGHTS_SHOWN = 45
-WORSE, BETTER, NEUTRAL = "#c0392b", "#1e8449", "#34495e"
+WORSE, BETTER, NEUTRAL, HOST = "#c0392b", "#1e8449", "#34495e", "#b9770e"
+KIND_COLORS = {"regression": WORSE, "improvement": BETTER, "host_change": HOST}
 
 
 def _png(fig) -> bytes:
@@ -33,7 +34,7 @@ def trend_chart(series: pd.DataFrame, alert: dict) -> bytes:
     data = series.sort_values("date").tail(NIGHTS_SHOWN)
     dates = pd.to_datetime(data["date"])
     change = pd.Timestamp(alert["change_date"])
-    color = WORSE if alert["kind"] == "regression" else BETTER
+    color = KIND_COLORS[alert["kind"]]
     fig, ax = plt.subplots(figsize=(7.0, 2.8))
     ax.plot(dates, data["value"], marker="o", markersize=3, linewidth=1, color=NEUTRAL)
     ax.axvline(change, color=color, linestyle="--", linewidth=1.2)

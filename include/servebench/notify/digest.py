@@ -196,7 +196,8 @@ def _header(run: dict, cells: pd.DataFrame, results_uri: str,
 
 
 KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),
-               ("newly_failing", "Newly failing cells"))
+               ("newly_failing", "Newly failing cells"),
+               ("host_change", "Host changes (every variant moved together)"))
 
 
 def alert_line(r: dict, airflow_url: str | None = None, dag_id: str | None = None) -> str:
@@ -240,7 +241,7 @@ def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = 
     titled = [kind for kind, _ in KIND_TITLES]
     if regressions is None or not regressions["kind"].isin(titled).any():
         return ["", "## Since the nights before", "",
-                "No regressions, improvements or newly failing cells."]
+                "No regressions, improvements, newly failing cells or host changes."]
     out: list[str] = []
     for kind, title in KIND_TITLES:
         rows = regressions[regressions["kind"] == kind]

@@ -33,6 +33,7 @@ h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1
 table { border-collapse: collapse; font-size: 12.5px; margin: 8px 0; }
 th, td { border: 1px solid #d5dbe1; padding: 3px 7px; } td.num { text-align: right; }
 th { background: #f1f4f7; } .regression { color: #c0392b; } .improvement { color: #1e8449; }
+.host_change { color: #b9770e; }
 .status-invalid, .status-failed { color: #c0392b; font-weight: 600; }
 img { max-width: 100%; border: 1px solid #eee; margin: 6px 0 14px; }
 code { background: #f4f4f4; padding: 1px 4px; } dt { font-weight: 600; }
@@ -114,7 +115,7 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
                 out.append(_img(pngs[row["series_id"]], f"{kind}: {row['series_id']}"))
         out.append("</ul>")
     if not shown:
-        out.append("<p>No regressions, improvements or newly failing cells.</p>")
+        out.append("<p>No regressions, improvements, newly failing cells or host changes.</p>")
 
     records = cell_records(cells)
     for target in dict.fromkeys(fmt_text(r.get("target")) for r in records):

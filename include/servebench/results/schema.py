@@ -188,7 +188,8 @@ EVALS = pa.schema(
     ]
 )
 
-REGRESSION_KINDS = ("regression", "improvement", "newly_failing", "gate_failure")
+REGRESSION_KINDS = ("regression", "improvement", "newly_failing", "gate_failure",
+                    "host_change")
 
 REGRESSIONS = pa.schema(
     _base()

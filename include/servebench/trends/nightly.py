@@ -4,7 +4,12 @@
   nights up to this one, its baseline starting after the last change already alerted for that
   series (or an annotation), so each change is raised once;
 - **newly_failing**: a cell that was ``ok`` the night before and is not now (with its reason);
-- **gate_failure**: a variant the quality gate failed tonight.
+- **gate_failure**: a variant the quality gate failed tonight;
+- **host_change**: a change with nothing recorded behind it that every other variant of the
+  target shows too, the same way, from the same night (each by half to twice as much and beyond
+  its own noise, none with a recorded change of its own then): the host moved -- a busier or
+  throttled machine, an unrecorded OS change --, not the variant. Said apart, once per series
+  like a regression; a change one variant shows alone stays a regression.
 
 Each regression or improvement is **attributed**: the provenance of the night before the change
 and of the change night is compared (engine version, launch args, model file, sampling, hardware
@@ -36,6 +41,11 @@ CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "sampli
                    "hardware")
 RUN_PROVENANCE = ("suite_git_sha", "sweep_hash")
 NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"
+HOST_CHANGED = ("the host: every variant of the target moved the same way from that night, "
+                "and nothing recorded changed")
+MOVES = ("regression", "improvement", "host_change")  # a series' change, raised once
+HOST_SHARE = 0.5  # a sibling variant moved the same way by 0.5x to 2x as much
+HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nights
 
 
 def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
@@ -47,7 +57,7 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
     run_ids = runs["run_id"].tolist()
     earlier = store.read_table("regressions", run_ids=run_ids[:-1]).to_pandas()
     night_of = dict(zip(runs["run_id"], runs["night"], strict=True))
-    alerted = (earlier[earlier["kind"].isin(["regression", "improvement"])]
+    alerted = (earlier[earlier["kind"].isin(MOVES)]
                .assign(night=lambda f: f["change_run_id"].map(night_of))
                .groupby("series_id")["night"].max().to_dict())
     dates = runs["run_date"].tolist()
@@ -77,12 +87,21 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
         # within the detector's locate tolerance
         tolerance = 0 if change.drastic else s.locate_tolerance
         night, cause = _attribute(cells, runs, first, change.night, lo=start, hi=tonight,
-                                  tolerance=tolerance)
+                                  tolerance=tolerance, values=values)
+        before, after, rel_change = change.before, change.after, change.rel_change
+        if night > change.night + tolerance:  # re-dated to a later recorded change: its levels
+            before = float(np.nanmedian(values[start:night]))
+            after = float(np.nanmean(values[night:]))
+            rel_change = after / before - 1 if before else math.nan
+        kind = "regression" if change.worse else "improvement"
+        if cause == NOTHING_CHANGED and _host_wide(series, cells, runs, first, night,
+                                                   rel_change, tonight, s):
+            kind, cause = "host_change", HOST_CHANGED
         rows.append({
             "series_id": sid, **_where(first), "metric": first["metric"],
-            "kind": "regression" if change.worse else "improvement",
-            "before": change.before, "after": change.after,
-            "change_pct": 100 * change.rel_change if math.isfinite(change.rel_change) else None,
+            "kind": kind,
+            "before": before, "after": after,
+            "change_pct": 100 * rel_change if math.isfinite(rel_change) else None,
             "z": change.z, "drastic": change.drastic,
             "change_date": runs["run_date"].iloc[night],
             "change_run_id": runs["run_id"].iloc[night],
@@ -156,6 +175,42 @@ def _corroborated(cells: pd.DataFrame, night_of: dict[str, int], row: dict, star
 WHERE = ("target", "stack", "variant", "workload", "load_point")  # a cell, within a run
 
 
+def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, row: dict,
+               night: int, rel_change: float, tonight: int, s: DetectorSettings) -> bool:
+    """Whether every other variant of ``row``'s target shows its change too: the same metric,
+    workload and load point, from ``night`` (the median since against the median of its
+    nights before) the same way, by HOST_SHARE to 1/HOST_SHARE times as much (a like move,
+    so each variant's alert reads the other the same way) and by more than its own noise,
+    with no recorded change of its own near that night. False without another variant."""
+    if row["metric"] == "accuracy" or not math.isfinite(rel_change) or rel_change == 0:
+        return False
+    mask = ((series["target"] == row["target"]) & (series["metric"] == row["metric"])
+            & (series["workload"] == row["workload"])
+            & (series["load_point"] == row["load_point"]) & (series["variant"] != row["variant"]))
+    siblings = series[mask]
+    if siblings.empty:
+        return False
+    for _, sibling in siblings.groupby("variant", sort=False):
+        before = sibling[(sibling["night"] < night)].tail(HOST_BEFORE_NIGHTS)["value"]
+        after = sibling[(sibling["night"] >= night) & (sibling["night"] <= tonight)]["value"]
+        if len(before) < 4 or after.empty:
+            return False
+        base, level = float(before.median()), float(after.median())
+        moved = level / base - 1 if base else math.nan
+        if not (math.isfinite(moved) and moved * rel_change > 0
+                and HOST_SHARE <= moved / rel_change <= 1 / HOST_SHARE):
+            return False
+        noise = noise_sigma(before.to_numpy(dtype=float)) / math.sqrt(len(after))
+        if abs(level - base) <= 2 * noise:
+            return False
+        other = sibling.iloc[-1].to_dict()
+        _, cause = _attribute(cells, runs, other, night, lo=0, hi=tonight,
+                              tolerance=s.locate_tolerance)
+        if cause != NOTHING_CHANGED:  # its own move has a recorded cause
+            return False
+    return True
+
+
 def _where(row: dict) -> dict:
     return {k: row.get(k) for k in WHERE}
 
@@ -175,18 +230,42 @@ def _cell_at(cells: pd.DataFrame, run_id: str, row: dict) -> dict | None:
 
 
 def _attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *, lo: int,
-               hi: int, tolerance: int) -> tuple[int, str]:
+               hi: int, tolerance: int, values: np.ndarray | None = None) -> tuple[int, str]:
     """(change night, cause): the detector places a change to within ``tolerance`` nights
     (Otava's split and the noise test can land a night off when few nights follow it), so a
     recorded provenance change that near -- the nearest, the detector's own night first -- is
-    the change night and its cause; else the detector's night, with nothing recorded changed."""
+    the change night and its cause. A change raised on the night that decides it can also be
+    placed too early, where a few soft nights lean the same way (seen in the local proof:
+    throughput placed four nights before the slots were cut, on nights 2% low): with the
+    series' ``values``, a recorded change later than that, up to tonight, where the level
+    steps at least as far the same way, is the change night. Else the detector's night, with
+    nothing recorded changed."""
     for offset in sorted(range(-tolerance, tolerance + 1), key=lambda d: (abs(d), d)):
         candidate = night + offset
         if lo < candidate <= hi:
             cause = _cause(cells, runs, row, candidate)
             if cause != NOTHING_CHANGED:
                 return candidate, cause
+    if values is not None:
+        located = _step(values, lo, night)
+        for later in range(max(night + tolerance + 1, lo + 1), hi + 1):
+            cause = _cause(cells, runs, row, later)
+            if cause == NOTHING_CHANGED:
+                continue
+            step = _step(values, lo, later)
+            if step * located > 0 and abs(step) >= abs(located):
+                return later, cause
+            break  # the first later recorded change explains it, or none does
     return night, _cause(cells, runs, row, night)
+
+
+def _step(values: np.ndarray, lo: int, night: int) -> float:
+    """How far the level moves at ``night``: the median from it on less the median of the
+    nights from ``lo`` before it (0 where either side has no value)."""
+    before, after = values[lo:night], values[night:]
+    if not np.isfinite(before).any() or not np.isfinite(after).any():
+        return 0.0
+    return float(np.nanmedian(after) - np.nanmedian(before))
 
 
 def _cause(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int) -> str:
