@@ -54,34 +54,79 @@ def test_harsh_quant_drop_fails_with_flipped_ids():
 
 
 def test_pure_noise_passes():
-    # symmetric random flips on both sides: accuracies differ by chance, no real drop
+    # as many random items flip to wrong as to right: accuracies equal, no drop
     rng = random.Random(1)
     base = [int(rng.random() < 0.9) for _ in range(200)]
     variant = list(base)
-    for k in rng.sample(range(200), 10):
+    right = [k for k in range(200) if base[k]]
+    wrong = [k for k in range(200) if not base[k]]
+    for k in rng.sample(right, 5) + rng.sample(wrong, 5):
         variant[k] = 1 - variant[k]
     verdict = gate(_outcomes(base), _outcomes(variant))
     assert verdict.verdict == "pass", verdict.reason
     assert verdict.p_value > 0.01
 
 
-def test_noise_that_dips_below_the_floor_still_passes():
+def test_random_flips_that_lose_more_than_they_gain_are_not_called_noise():
+    # ten random flips of a 90% set turn ~9 right answers wrong: a drop of ~4 points that
+    # 200 items cannot confirm -- the old gate passed it as noise
+    rng = random.Random(1)
+    base = [int(rng.random() < 0.9) for _ in range(200)]
+    variant = list(base)
+    for k in rng.sample(range(200), 10):
+        variant[k] = 1 - variant[k]
+    verdict = gate(_outcomes(base), _outcomes(variant))
+    assert (verdict.worse, verdict.better) == (9, 1) and verdict.p_value > 0.01
+    assert verdict.verdict == "inconclusive" and "about 243 items" in verdict.reason
+
+
+def test_a_drop_below_the_floor_too_small_a_set_cannot_confirm_is_inconclusive():
+    # 100 items, a 6-point drop: not significant, but not "pass" either
+    base = [1] * 90 + [0] * 10
+    variant = list(base)
+    for k in range(7):
+        variant[k] = 0
+    variant[95] = 1  # 7 flipped to wrong, 1 to right: 0.84 = 93% of 0.90
+    verdict = gate(_outcomes(base), _outcomes(variant))
+    assert verdict.relative < 0.99 and verdict.p_value >= 0.01
+    assert verdict.verdict == "inconclusive", verdict.reason
+    assert "100 items cannot confirm the drop" in verdict.reason
+    # at these flip rates (7% and 1% of items), about 195 items would decide it
+    assert "about" in verdict.reason and "items would decide it" in verdict.reason
+    from servebench.evals.gate import items_to_decide, mcnemar_exact
+
+    needed = items_to_decide(100, 7, 1, 0.01)
+    assert mcnemar_exact(round(7 * needed / 100), round(needed / 100)) < 0.01
+    assert mcnemar_exact(7, 1) >= 0.01 and needed == 195  # the figure README quotes
+    assert items_to_decide(100, 1, 1, 0.01) is None  # equal flips never decide a drop
+
+
+def test_noise_without_a_drop_below_the_floor_passes():
     base = [1] * 180 + [0] * 20  # 0.90
     variant = list(base)
-    variant[0] = variant[1] = variant[2] = 0  # 3 flips to wrong, 0.885 = 98.3% < 99%
+    variant[0] = 0  # 1 flip to wrong: 0.895 = 99.4%, within the floor, not significant
     verdict = gate(_outcomes(base), _outcomes(variant))
-    assert verdict.relative < 0.99
-    assert verdict.verdict == "pass" and "noise" in verdict.reason
+    assert verdict.verdict == "pass" and "no significant drop" in verdict.reason
 
 
-def test_significant_but_within_floor_passes():
+def test_an_improvement_passes_even_below_the_floor_of_nothing():
+    base = [1] * 150 + [0] * 50
+    variant = [1] * 170 + [0] * 30  # 20 wrong answers turned right
+    verdict = gate(_outcomes(base), _outcomes(variant))
+    assert verdict.verdict == "pass" and verdict.better == 20 and "no drop" in verdict.reason
+
+
+def test_significant_but_within_floor_is_inconclusive_naming_the_items():
     base = [1] * 5000 + [0] * 0
     variant = [1] * 5000
     for k in range(30):  # 0.6% drop, significant on 5000 items, but 99.4% >= 99%
         variant[k] = 0
     verdict = gate(_outcomes(base), _outcomes(variant))
     assert verdict.p_value < 0.01 and verdict.relative >= 0.99
-    assert verdict.verdict == "pass"
+    # real but small: not a failure, not a pass either -- a person decides, with the items
+    assert verdict.verdict == "inconclusive", verdict.reason
+    assert "real but small drop" in verdict.reason
+    assert "i000, i001" in verdict.reason and "and 20 more" in verdict.reason
 
 
 def test_unpaired_items_or_many_errors_are_inconclusive():

@@ -10,16 +10,20 @@ paired. Three numbers decide:
   Pairing is what makes a 200-item set sensitive: flips, not accuracy differences, carry it;
 * the relative floor (MLPerf's rule): variant accuracy >= ``floor`` x baseline accuracy.
 
-Verdict:
+Verdict -- the gate never says "pass" when it cannot tell:
   fail          a significant drop (p < alpha, b > c) that also breaks the floor;
-  pass          otherwise -- a drop that is not significant is noise, and a significant drop
-                that stays above the floor is within the agreed tolerance;
-  inconclusive  the evidence cannot be trusted: items do not pair up, or too many requests
-                failed on either side for the answers to mean anything.
+  pass          an improvement (c >= b), or no significant drop and within the floor;
+  inconclusive  the two mixed cases -- a drop beyond the floor the golden set is too small to
+                confirm (the reason says roughly how many items would decide it, were the
+                flips as frequent), and a significant drop within the floor (real but small:
+                the reason names the flipped items) -- and evidence that cannot be trusted:
+                items that do not pair up, or too many failed requests on either side.
+The release gate treats inconclusive as "needs a person" (or as a failure, configured so).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -28,6 +32,8 @@ from scipy.stats import binomtest
 DEFAULT_ALPHA = 0.01
 DEFAULT_FLOOR = 0.99
 MAX_ERROR_RATE = 0.05
+MAX_ITEMS_SUGGESTED = 1_000_000  # beyond this, "no practical golden set would decide it"
+FLIPPED_NAMED = 10  # flipped item ids a reason names before "and N more"
 
 
 @dataclass(frozen=True)
@@ -100,16 +106,43 @@ def gate(
         errors = sum(side[i].error for i in ids)
         if errors > MAX_ERROR_RATE * n:
             return verdict("inconclusive", f"{errors}/{n} {name} requests failed")
-    significant_drop = p < alpha and len(worse_ids) > better
+    b = len(worse_ids)
+    flips = f"{b} items flipped to wrong, {better} to right, McNemar p={p:.2g}"
+    if b <= better:
+        return verdict("pass", f"{relative:.1%} of baseline accuracy, no drop ({flips})")
+    significant_drop = p < alpha
     below_floor = not relative >= floor
     if significant_drop and below_floor:
         return verdict("fail", f"accuracy {accuracy:.3f} vs baseline {base_acc:.3f} "
-                               f"({relative:.1%} < floor {floor:.0%}); {len(worse_ids)} items "
-                               f"flipped to wrong, {better} to right, McNemar p={p:.2g}")
+                               f"({relative:.1%} < floor {floor:.0%}); {flips}")
     if below_floor:
-        return verdict("pass", f"below the {floor:.0%} floor ({relative:.1%}) but not "
-                               f"significant (McNemar p={p:.2g} >= {alpha}): noise")
-    return verdict("pass", f"{relative:.1%} of baseline accuracy (floor {floor:.0%})")
+        needed = items_to_decide(n, b, better, alpha)
+        size = (f"about {needed:,} items would decide it at these flip rates" if needed
+                else "no practical golden set would decide it at these flip rates")
+        return verdict("inconclusive",
+                       f"{relative:.1%} of baseline accuracy, below the {floor:.0%} floor, but "
+                       f"{n} items cannot confirm the drop ({flips} >= {alpha}); {size}")
+    if significant_drop:
+        named = ", ".join(worse_ids[:FLIPPED_NAMED])
+        more = f" and {b - FLIPPED_NAMED} more" if b > FLIPPED_NAMED else ""
+        return verdict("inconclusive",
+                       f"a real but small drop: {relative:.1%} of baseline accuracy, within "
+                       f"the {floor:.0%} floor, yet significant ({flips}); flipped to wrong: "
+                       f"{named}{more}")
+    return verdict("pass", f"{relative:.1%} of baseline accuracy (floor {floor:.0%}), "
+                           f"no significant drop ({flips})")
+
+
+def items_to_decide(n: int, worse: int, better: int, alpha: float) -> int | None:
+    """Roughly how many golden items would make the same flip rates significant: the
+    smallest n' (a 10% grid) at which the exact McNemar test on ``worse`` and ``better``
+    scaled by n'/n has p < alpha; None past MAX_ITEMS_SUGGESTED."""
+    scale = 1.0
+    while n * scale <= MAX_ITEMS_SUGGESTED:
+        scale *= 1.1
+        if mcnemar_exact(round(worse * scale), round(better * scale)) < alpha:
+            return int(math.ceil(n * scale))
+    return None
 
 
 def gate_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
