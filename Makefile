@@ -30,13 +30,17 @@ run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
 	$(BIN)/servebench summary --latest --require-ok
 
+# the eighteen-night local proof of the trends: real latencies night after night on a shared
+# VM, so a failed proof is run once more, from scratch, before it fails the suite (README gives
+# its record, and what the failures were)
+PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
+
 test: setup airflow-db
 	$(BIN)/python -m pytest
+	$(PROOF) || { echo "the local proof failed once: an independent second run decides"; $(PROOF); }
 
-# the eighteen-night local proof of the trends: real latencies night after night, so not in
-# `make test` (README says how often it passed here, and why it failed when it did)
 proof: setup airflow-db
-	$(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
+	$(PROOF)
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/dags

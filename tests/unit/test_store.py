@@ -122,3 +122,25 @@ def test_uri_for(store, tmp_path):
     assert store.uri_for("cells") == str(tmp_path / "data" / "cells")
     with pytest.raises(ValueError):
         store.uri_for("nope")
+
+
+def test_a_lease_left_by_a_crashed_publish_is_taken_over_and_a_live_one_waited_for(
+        store, tmp_path, monkeypatch):
+    import json
+    import time
+
+    from servebench.results import store as store_module
+
+    lock = tmp_path / "data" / store_module.LOCKS / f"{encode_run_id(AIRFLOW_ID)}.json"
+    lock.parent.mkdir(parents=True)
+    # a publish that crashed an hour ago: its lease is stale, taken over
+    lock.write_text(json.dumps({"token": "dead", "since": time.time() - 2 * store_module.LEASE_S}))
+    store.publish(AIRFLOW_ID, D1, run_tables(AIRFLOW_ID, D1))
+    assert store.committed_run_ids() == [AIRFLOW_ID] and not lock.exists()
+    # a live one is waited for, then the conflict is named
+    lock.write_text(json.dumps({"token": "alive", "since": time.time()}))
+    monkeypatch.setattr(store_module, "LEASE_POLL_S", 0.01)
+    with pytest.raises(store_module.PublishConflict, match="another publish still holds"), \
+            store._lease(AIRFLOW_ID, wait_s=0.05):
+        pass
+    assert json.loads(lock.read_text())["token"] == "alive"  # not ours: left alone

@@ -9,7 +9,15 @@ Layout under the store root (a local folder or ``s3://bucket/prefix``)::
 A run is *committed* when its manifest exists; ``read_table`` returns rows of committed runs only.
 Publishing the same run_id again removes its manifest, replaces its partitions and writes a new
 manifest, so a re-run replaces and never duplicates (during the replace the run is invisible, never
-half-visible). Publishes of the *same* run_id must not run concurrently (one publish task per run).
+half-visible). Publishes of the *same* run_id racing (a task cleared while its zombie still
+writes, a CLI publish beside the DAG's) are serialized by a lease, ``_locks/{encoded run_id}.json``,
+created exclusively (``O_EXCL`` locally, a conditional ``If-None-Match: *`` PUT on S3): the
+second waits for the first and then replaces it whole, so the partition is one publish's,
+never a mix. A lease older than LEASE_S (its holder crashed) is taken over.
+
+S3 requests are retried by the AWS SDK inside pyarrow (5xx, SlowDown throttling, dropped
+connections; exponential backoff), at most S3_MAX_ATTEMPTS times each; past that the publish
+raises, nothing new is committed, and the task's retry publishes again from the start.
 
 run_id encoding: Airflow run ids contain ':' and '+', so the partition directory uses RFC 3986
 percent-encoding (``urllib.parse.quote(run_id, safe="")``). That is reversible and is exactly what
@@ -29,7 +37,10 @@ import datetime as dt
 import json
 import logging
 import os
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 from urllib.parse import quote, unquote, urlparse
@@ -55,6 +66,10 @@ LAYOUT: dict[str, tuple[list[str], int | None]] = {
     "requests": (["cell_id", "request_id"], None),
 }
 MANIFESTS = "_manifests"
+LOCKS = "_locks"
+LEASE_S = 1800.0  # a publish holding its lease longer than this crashed: taken over
+LEASE_POLL_S = 1.0
+S3_MAX_ATTEMPTS = 5  # per S3 request, backoff included
 PARTITIONING = ds.partitioning(
     pa.schema([("date", pa.date32()), ("run_id", pa.string())]), flavor="hive"
 )
@@ -69,6 +84,10 @@ def encode_run_id(run_id: str) -> str:
 
 def decode_run_id(encoded: str) -> str:
     return unquote(encoded)
+
+
+class PublishConflict(RuntimeError):
+    """Another publish of the run still held its lease after the wait."""
 
 
 @dataclass(frozen=True)
@@ -104,29 +123,36 @@ class Manifest:
         )
 
 
-def _s3_filesystem(endpoint_override: str | None, region: str | None,
-                   session: Any = None) -> pafs.S3FileSystem:
-    """S3 filesystem with credentials from ``session`` (a boto3 session, e.g. from the Airflow
-    ``aws_default`` connection) or else boto3's default chain (env, profile, role...)."""
-    import boto3  # only needed for s3:// stores
+def _s3_endpoint(endpoint_override: str | None) -> str | None:
+    return (endpoint_override or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL"))
 
-    session = session or boto3.Session()
-    kwargs: dict[str, Any] = {"region": region or session.region_name or "us-east-1"}
+
+def _s3_filesystem(endpoint_override: str | None, region: str | None,
+                   session: Any) -> pafs.S3FileSystem:
+    """S3 filesystem with credentials from ``session`` (a boto3 session, e.g. from the Airflow
+    ``aws_default`` connection, else boto3's default chain: env, profile, role...)."""
+    kwargs: dict[str, Any] = {
+        "region": region or session.region_name or "us-east-1",
+        "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=S3_MAX_ATTEMPTS),
+    }
     creds = session.get_credentials()
     if creds is not None:
         frozen = creds.get_frozen_credentials()
         kwargs.update(
             access_key=frozen.access_key, secret_key=frozen.secret_key, session_token=frozen.token
         )
-    endpoint = (
-        endpoint_override
-        or os.environ.get("AWS_ENDPOINT_URL_S3")
-        or os.environ.get("AWS_ENDPOINT_URL")
-    )
+    endpoint = _s3_endpoint(endpoint_override)
     if endpoint:
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
         kwargs.update(scheme=parsed.scheme, endpoint_override=parsed.netloc)
     return pafs.S3FileSystem(**kwargs)
+
+
+def botocore_config(max_attempts: int):
+    from botocore.config import Config
+
+    return Config(retries={"max_attempts": max_attempts, "mode": "standard"})
 
 
 class ResultStore:
@@ -150,8 +176,16 @@ class ResultStore:
         if filesystem is not None:
             self._fs, self._root, self._scheme = filesystem, uri.rstrip("/"), ""
         elif uri.startswith("s3://"):
+            import boto3  # only needed for s3:// stores
+
+            session = session or boto3.Session()
             self._fs = _s3_filesystem(endpoint_override, region, session)
             self._root, self._scheme = uri[len("s3://"):].strip("/"), "s3://"
+            # the lease's conditional PUT, which pyarrow's filesystem cannot send
+            self._s3 = session.client(
+                "s3", endpoint_url=_s3_endpoint(endpoint_override),
+                region_name=region or session.region_name or "us-east-1",
+                config=botocore_config(S3_MAX_ATTEMPTS))
         elif "://" in uri and not uri.startswith("file://"):
             raise ValueError(f"unsupported store uri scheme: {uri!r} (use a path or s3://)")
         else:
@@ -204,6 +238,70 @@ class ResultStore:
             with self._fs.open_output_stream(path) as f:
                 f.write(data)
 
+    # ---- the publish lease -------------------------------------------------------------
+    @contextmanager
+    def _lease(self, run_id: str, wait_s: float = LEASE_S) -> Iterator[None]:
+        """Hold ``run_id``'s publish lease: wait while another publish holds it (up to
+        ``wait_s``), take over one older than LEASE_S, release it in every path."""
+        if not (self._local or self._scheme == "s3://"):
+            yield  # an injected filesystem: no exclusive create to build a lease on
+            return
+        path = self._path(LOCKS, f"{encode_run_id(run_id)}.json")
+        token = uuid.uuid4().hex
+        body = json.dumps({"token": token, "since": time.time(), "pid": os.getpid()})
+        deadline = time.monotonic() + wait_s
+        waited = False
+        while not self._create_exclusive(path, body):
+            held = self._read_lease(path)
+            if held is not None and time.time() - held.get("since", 0) > LEASE_S:
+                log.warning("run %s: taking over a publish lease held since %s (crashed)",
+                            run_id, dt.datetime.fromtimestamp(held["since"], dt.UTC))
+                self._fs.delete_file(path)
+                continue
+            if time.monotonic() > deadline:
+                raise PublishConflict(f"run {run_id}: another publish still holds its lease "
+                                      f"({path}) after {wait_s:g} s")
+            if not waited:
+                log.info("run %s: another publish holds its lease; waiting", run_id)
+                waited = True
+            time.sleep(LEASE_POLL_S)
+        try:
+            yield
+        finally:
+            held = self._read_lease(path)
+            if held is not None and held.get("token") == token:
+                self._fs.delete_file(path)
+
+    def _create_exclusive(self, path: str, body: str) -> bool:
+        """Create ``path`` with ``body`` unless it exists; False when it does."""
+        if self._scheme == "s3://":
+            from botocore.exceptions import ClientError
+
+            bucket, key = path.split("/", 1)
+            try:
+                self._s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), IfNoneMatch="*")
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed",
+                                                                  "ConditionalRequestConflict"):
+                    return False
+                raise
+            return True
+        self._ensure_parent(path)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(body)
+        return True
+
+    def _read_lease(self, path: str) -> dict | None:
+        try:
+            with self._fs.open_input_stream(path) as f:
+                return json.loads(f.read())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None  # released meanwhile, or caught mid-write: look again
+
     # ---- manifests ---------------------------------------------------------------------
     def committed_run_ids(self) -> list[str]:
         base = self._path(MANIFESTS)
@@ -228,7 +326,14 @@ class ResultStore:
     def publish(
         self, run_id: str, run_date: dt.date | str, tables: dict[str, pa.Table]
     ) -> Manifest:
-        """Write all ``tables`` of one run atomically; replaces an earlier publish of ``run_id``."""
+        """Write all ``tables`` of one run atomically; replaces an earlier publish of ``run_id``
+        (a publish of it under way is waited for first: see the module doc)."""
+        with self._lease(run_id):
+            return self._publish(run_id, run_date, tables)
+
+    def _publish(
+        self, run_id: str, run_date: dt.date | str, tables: dict[str, pa.Table]
+    ) -> Manifest:
         if isinstance(run_date, str):
             run_date = dt.date.fromisoformat(run_date)
         enc = encode_run_id(run_id)
@@ -285,6 +390,11 @@ class ResultStore:
         """Add (or replace) derived ``tables`` of a committed run -- the regressions the detect
         task finds after publish. Each table's partition is replaced by one file move and the
         manifest rewritten last, so running it again replaces, never duplicates."""
+        with self._lease(run_id):
+            return self._attach(run_id, run_date, tables)
+
+    def _attach(self, run_id: str, run_date: dt.date | str,
+                tables: dict[str, pa.Table]) -> Manifest:
         if isinstance(run_date, str):
             run_date = dt.date.fromisoformat(run_date)
         previous = self.manifest(run_id)
