@@ -75,6 +75,10 @@ class DetectorSettings:
     # a same-morning alert is for a disaster, +50% (or half the throughput)
     drastic_rel: float = 0.50
     drastic_range: float = 2.0  # ... and this many times the worst night before it
+    # a drastic night is raised only when another end-to-end statistic of the cell is worse
+    # too (trends.nightly), beyond its noise and by this much: a busy host gives nights of
+    # ITL p95 x4 with E2E p95 +15% and tok/s -11% (seen in the local proof)
+    witness_rel: float = 0.20
     min_nights_after: int = 3  # the change night and two nights after it
     wrong_side_every: int = 4  # nights after a change, one per this many may fall back
     pre_nights: int = 6  # nights before a change that must still scatter like the baseline

@@ -46,6 +46,7 @@ HOST_CHANGED = ("the host: every variant of the target moved the same way from t
 MOVES = ("regression", "improvement", "host_change")  # a series' change, raised once
 HOST_SHARE = 0.5  # a sibling variant moved the same way by 0.5x to 2x as much
 HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nights
+RECORDED_STEP_SHARE = 0.75  # a later recorded change, stepping this share as far, is the night
 
 
 def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
@@ -151,7 +152,7 @@ def _corroborated(cells: pd.DataFrame, night_of: dict[str, int], row: dict, star
                   tonight: int, s: DetectorSettings) -> bool:
     """Whether another end-to-end statistic of ``row``'s cell (E2E p50 or p95, output tok/s;
     not the alert's own) is worse tonight than on its nights since ``start`` by
-    ``outlier_sigmas`` of their own noise."""
+    ``outlier_sigmas`` of their own noise and by ``witness_rel`` of their level."""
     mask = (cells["status"] == "ok") & _at(cells, row, WHERE)
     mine = cells[mask].assign(night=lambda f: f["run_id"].map(night_of))
     mine = mine[mine["night"] >= start].sort_values("night")
@@ -166,8 +167,9 @@ def _corroborated(cells: pd.DataFrame, night_of: dict[str, int], row: dict, star
         if len(values) < 4 or pd.isna(tonight_value):
             continue
         base = float(np.median(values))
-        if worse * (tonight_value - base) > s.outlier_sigmas * max(noise_sigma(values),
-                                                                   abs(base) * 1e-3):
+        moved = worse * (tonight_value - base)
+        if moved > s.outlier_sigmas * max(noise_sigma(values), abs(base) * 1e-3) \
+                and moved > s.witness_rel * abs(base):
             return True
     return False
 
@@ -236,10 +238,11 @@ def _attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *
     recorded provenance change that near -- the nearest, the detector's own night first -- is
     the change night and its cause. A change raised on the night that decides it can also be
     placed too early, where a few soft nights lean the same way (seen in the local proof:
-    throughput placed four nights before the slots were cut, on nights 2% low): with the
-    series' ``values``, a recorded change later than that, up to tonight, where the level
-    steps at least as far the same way, is the change night. Else the detector's night, with
-    nothing recorded changed."""
+    throughput placed three and four nights before the slots were cut, on nights 2-15% low):
+    with the series' ``values``, the first recorded change later than that, up to tonight,
+    where the level steps the same way by RECORDED_STEP_SHARE of the located step or more (a
+    recorded change is evidence of its own), is the change night. Else the detector's night,
+    with nothing recorded changed."""
     for offset in sorted(range(-tolerance, tolerance + 1), key=lambda d: (abs(d), d)):
         candidate = night + offset
         if lo < candidate <= hi:
@@ -253,7 +256,7 @@ def _attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *
             if cause == NOTHING_CHANGED:
                 continue
             step = _step(values, lo, later)
-            if step * located > 0 and abs(step) >= abs(located):
+            if step * located > 0 and abs(step) >= RECORDED_STEP_SHARE * abs(located):
                 return later, cause
             break  # the first later recorded change explains it, or none does
     return night, _cause(cells, runs, row, night)
