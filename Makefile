@@ -30,15 +30,13 @@ run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
 	$(BIN)/servebench summary --latest --require-ok
 
-# the eighteen-night local proof of the trends: real latencies night after night on a shared
-# VM, so it runs first, on a quiet machine (twice it failed right after the suite's three busy
-# minutes), and a failed proof is run once more, from scratch, before it fails the suite
-# (README gives its record, and what the failures were)
-PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
-
 test: setup airflow-db
-	$(PROOF) || { echo "the local proof failed once: an independent second run decides"; $(PROOF); }
 	$(BIN)/python -m pytest
+
+# the eighteen-night local proof of the trends: real latencies night after night on a shared
+# VM, whose own speed moves by 10% within minutes, so not in `make test` (README gives its
+# record, and what the failures were)
+PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
 
 proof: setup airflow-db
 	$(PROOF)
