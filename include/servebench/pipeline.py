@@ -124,6 +124,7 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
             load_golden_set(settings.resolve(ref.path))
         except GoldenSetError as exc:
             problems.append(f"{path}: field golden_sets[{g_idx}](name={ref.name}).path: {exc}")
+    problems += _store_problems(settings)
     if problems:
         raise PlanError(f"{path}: sweep cannot run:\n  " + "\n  ".join(problems))
     units = [
@@ -145,6 +146,23 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
         "units": units,
         "warnings": warnings,
     }
+
+
+def _store_problems(settings: Settings) -> list[str]:
+    """Where the results go, checked before anything is provisioned: an s3:// store needs
+    credentials (the Airflow AWS connection, else boto3's chain: environment, profile, role)."""
+    if not settings.results_uri.startswith("s3://"):
+        return []
+    session, _ = _aws_session(settings.aws_conn_id)
+    if session is None:
+        import boto3
+
+        session = boto3.Session()
+    if session.get_credentials() is None:
+        return [f"setting results_uri (SERVEBENCH_RESULTS_URI) {settings.results_uri}: no AWS "
+                f"credentials -- no Airflow connection {settings.aws_conn_id!r} and none in "
+                "boto3's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)"]
+    return []
 
 
 # -- provision / teardown --------------------------------------------------------------------

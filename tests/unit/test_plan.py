@@ -129,3 +129,75 @@ def test_an_image_outside_the_adapters_checked_releases_is_a_warning(tmp_path):
     warning = plan["warnings"][0]
     assert "variants[0](name=new).image: vllm/vllm-openai:v0.21.0" in warning
     assert "outside the releases" in warning and ">=0.15.0,<0.20" in warning
+
+
+# -- the rest of the bad-input suite: each a single clear error before anything is provisioned
+def test_malformed_yaml_names_the_file_and_line(tmp_path):
+    from servebench.config import SpecError
+
+    path = tmp_path / "sweep.yaml"
+    path.write_text("name: broken\nworkloads: [\n  - kind: fixed\n")
+    with pytest.raises(SpecError, match=r"(?s)sweep\.yaml: not valid YAML.*line 3"):
+        plan_run(str(path), settings=_settings(tmp_path))
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    ('{"id": "b", "prompt": "1+1=", "reference": "2", "scorer": "fuzzy"}',
+     r"bad\.jsonl:2: .*unknown scorer 'fuzzy'"),
+    ('{"id": "a", "prompt": "2+2=", "reference": "4"}', r"bad\.jsonl:2: duplicate id 'a'"),
+])
+def test_a_golden_set_with_a_bad_item_names_file_and_line(tmp_path, line, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "a", "prompt": "1+1=", "reference": "2"}\n' + line + "\n")
+
+    def edit(d):
+        d["golden_sets"][0]["path"] = str(bad)
+
+    with pytest.raises(PlanError, match=r"golden_sets\[0\]\(name=addition\)\.path: .*" + message):
+        plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
+
+
+@pytest.mark.parametrize(("field", "value", "where"), [
+    ("concurrency", [4, 0], r"field load\.concurrency\[1\]: Input should be greater than 0"),
+    ("rates", [-2.0], r"field load\.rates\[0\]: Input should be greater than 0"),
+])
+def test_a_zero_or_negative_load_names_the_field(tmp_path, field, value, where):
+    from servebench.config import SpecError
+
+    def edit(d):
+        d["load"][field] = value
+
+    with pytest.raises(SpecError, match=r"(?s)sweep\.yaml: invalid sweep spec.*" + where):
+        plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
+
+
+def test_a_hosted_endpoint_without_its_key_is_rejected(tmp_path, monkeypatch):
+    monkeypatch.delenv("SB_MISSING_KEY", raising=False)
+
+    def edit(d):
+        d["targets"].append({"name": "hosted", "stack": "openai_api", "golden_sets": [],
+                             "variants": [{"name": "mini", "model": "gpt-4o-mini",
+                                           "endpoint": {"base_url": "https://api.example.com/v1",
+                                                        "api_key_env": "SB_MISSING_KEY",
+                                                        "dialect": "vllm"}}]})
+
+    with pytest.raises(PlanError, match=r"targets\[2\]\(name=hosted\)\.variants\[0\]\(name=mini\)"
+                                        r": openai_api: field endpoint\.api_key_env: .*"
+                                        r"SB_MISSING_KEY"):
+        plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
+
+
+def test_results_on_s3_without_credentials_are_rejected(tmp_path, monkeypatch):
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role here
+    settings = _settings(tmp_path).model_copy(update={"results_uri": "s3://bench/results",
+                                                      "aws_conn_id": "sb_no_such_conn"})
+    with pytest.raises(PlanError, match=r"setting results_uri \(SERVEBENCH_RESULTS_URI\) "
+                                        r"s3://bench/results: no AWS credentials"):
+        plan_run(str(_sweep(tmp_path)), settings=settings)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example")
+    assert plan_run(str(_sweep(tmp_path)), settings=settings)["units"]
