@@ -47,6 +47,16 @@ Validity (``invalid_reasons``; an empty list means the cell is valid and compara
 * server ``prompt_tokens`` vs ``prompt_tokens_requested`` (when known) differ by more than
   ``max(prompt_abs_tolerance, prompt_rel_tolerance * requested)`` (chat templates add tokens);
 * served model differs from ``expected_model`` (when given).
+
+Validity of the measurement itself (``client_lag_reasons``, ``timing_unresolved_reason``; the
+runner adds them to a cell's reasons):
+
+* ``client_saturated``: the client, not the server, set the pace -- send lag p99 (requests went
+  out late) or event-loop lag p95 (the loop was blocked for a sustained share of the window;
+  p95, because one GC pause is not saturation and shows in the latencies as what it is) above
+  ``CLIENT_LAG_BOUND_MS``. The cells table stores exactly these two statistics;
+* ``timing_unresolved``: more than half of the successful multi-chunk responses arrived in a
+  single read, so TPOT/ITL were inferred (0), not observed.
 """
 
 from __future__ import annotations
@@ -315,3 +325,30 @@ def compute_cell_metrics(
         **summarize_ms(e2e, "e2e_ms"),
         invalid_reasons=reasons,
     )
+
+
+CLIENT_LAG_BOUND_MS = 50.0  # send lag p99 or event-loop lag p95 beyond this: client-bound
+
+
+def client_lag_reasons(send_lag_p99_ms: float, loop_lag_p95_ms: float,
+                       bound_ms: float = CLIENT_LAG_BOUND_MS) -> list[str]:
+    """The ``client_saturated`` rule: which of the two client lags passed the bound (empty:
+    the client kept up)."""
+    lags = {"send lag p99": send_lag_p99_ms, "event-loop lag p95": loop_lag_p95_ms}
+    return [f"{name} {value:.1f} ms" for name, value in lags.items() if value > bound_ms]
+
+
+def client_saturated_reason(send_lag_p99_ms: float, loop_lag_p95_ms: float,
+                            bound_ms: float = CLIENT_LAG_BOUND_MS) -> str | None:
+    late = client_lag_reasons(send_lag_p99_ms, loop_lag_p95_ms, bound_ms)
+    return f"client_saturated: {', '.join(late)} > {bound_ms:.0f} ms" if late else None
+
+
+def timing_unresolved_reason(records: Sequence[RequestRecord]) -> str | None:
+    """The ``timing_unresolved`` rule over a cell's measured records (None: timing observed)."""
+    multi = [r for r in records if r.ok and not r.warmup and len(r.chunk_times) > 1]
+    coalesced = sum(1 for r in multi if r.chunk_times[0] == r.chunk_times[-1])
+    if multi and coalesced > len(multi) / 2:
+        return (f"timing_unresolved: {coalesced}/{len(multi)} responses arrived in a single "
+                "read, so per-token timing was not observed")
+    return None

@@ -17,7 +17,13 @@ from servebench.config import LoadPoint, SweepSpec, TargetSpec, VariantSpec
 from servebench.cost import cost_fields
 from servebench.evals.runner import EvalOutcome, run_golden_set
 from servebench.loadgen.engine import LoadSpec, run_load_sync
-from servebench.metrics import Slo, ValidityChecks, compute_cell_metrics
+from servebench.metrics import (
+    Slo,
+    ValidityChecks,
+    client_saturated_reason,
+    compute_cell_metrics,
+    timing_unresolved_reason,
+)
 from servebench.provenance import file_sha256
 from servebench.provision.base import Endpoint, LaunchError, Provisioner
 from servebench.results.schema import CELLS
@@ -36,7 +42,6 @@ log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
 
 # a cell whose client fell this far behind its own schedule measured the client, not the server
-CLIENT_LAG_BOUND_MS = 50.0
 
 
 @dataclass
@@ -256,19 +261,10 @@ class VariantRunner:
                 chunk_rel_tolerance=0.1 if self.adapter.forced_tokens_stream_as_text else None,
             ),
         )
-        reasons = list(cell.invalid_reasons)
-        # the client, not the server, set the pace: requests went out late, or the event
-        # loop was blocked for a sustained share of the window (p95; one GC pause is not
-        # saturation, and it shows in the latency percentiles as what it is)
-        late = load.client_lag_reasons(CLIENT_LAG_BOUND_MS)
-        if late:
-            reasons.append(f"client_saturated: {', '.join(late)} > {CLIENT_LAG_BOUND_MS:.0f} ms")
-        # all of a response's chunks in one read: TPOT/ITL were not observed, only inferred 0
-        multi = [r for r in load.records if r.ok and len(r.chunk_times) > 1]
-        coalesced = sum(1 for r in multi if r.chunk_times[0] == r.chunk_times[-1])
-        if multi and coalesced > len(multi) / 2:
-            reasons.append(f"timing_unresolved: {coalesced}/{len(multi)} responses arrived in a "
-                           "single read, so per-token timing was not observed")
+        # the measurement's own validity (metrics.py): the client kept up, timing was observed
+        reasons = [*cell.invalid_reasons, *filter(None, [
+            client_saturated_reason(load.send_lag.p99_ms, load.loop_lag.p95_ms),
+            timing_unresolved_reason(load.records)])]
         row = self._base_row(workload_name, point, endpoint.argv)
         row.update({k: v for k, v in cell.as_row().items() if k in CELLS.names})
         failed = cell.n_ok == 0
@@ -279,7 +275,8 @@ class VariantRunner:
             prefix_cache_hit_rate=_first_known(
                 prefix_cache_hit_rate(server_delta, self.adapter.prefix_cache_counters),
                 prefix_cache_hit_rate_from_usage(load.records)),
-            client_send_lag_ms_p99=load.send_lag.p99_ms,
+            client_send_lag_ms_p99=load.send_lag.p99_ms,  # the two statistics the
+            client_loop_lag_ms_p95=load.loop_lag.p95_ms,  # client_saturated rule reads
             client_loop_lag_ms_p99=load.loop_lag.p99_ms,
             server_metrics_json=json.dumps(server_delta) if server_delta else None,
         )

@@ -198,3 +198,38 @@ def test_failed_requests_beyond_the_bound_make_the_cell_invalid_with_the_count()
         "ConnectError: connection refused"]
     lenient = compute_cell_metrics(records, checks=ValidityChecks(max_error_rate=0.4))
     assert not [r for r in lenient.invalid_reasons if "requests failed" in r]
+
+
+# -- the measurement's own validity rules, one by one ----------------------------------------
+def test_client_saturated_names_the_lag_that_passed_the_one_bound():
+    from servebench.loadgen.result import LAG_BOUND_MS
+    from servebench.metrics import (
+        CLIENT_LAG_BOUND_MS,
+        client_lag_reasons,
+        client_saturated_reason,
+    )
+
+    assert LAG_BOUND_MS == CLIENT_LAG_BOUND_MS == 50.0  # one bound, defined with its rule
+    assert client_saturated_reason(12.0, 49.9) is None
+    assert client_saturated_reason(64.9, 3.0) == "client_saturated: send lag p99 64.9 ms > 50 ms"
+    assert client_lag_reasons(3.0, 80.0) == ["event-loop lag p95 80.0 ms"]
+    assert client_lag_reasons(60.0, 70.0, bound_ms=65.0) == ["event-loop lag p95 70.0 ms"]
+    assert client_saturated_reason(float("nan"), float("nan")) is None  # no sample: not late
+
+
+def test_timing_unresolved_when_most_responses_came_in_one_read():
+    from servebench.metrics import timing_unresolved_reason
+
+    def rec(times, ok=True, warmup=False):
+        return RequestRecord(request_id="r", cell_id="c", scheduled_at=0.0, sent_at=0.0,
+                             chunk_times=times, http_status=200 if ok else 500, warmup=warmup)
+
+    observed = [rec([1.0, 1.1, 1.2]) for _ in range(3)]
+    together = [rec([1.0, 1.0, 1.0]) for _ in range(4)]
+    assert timing_unresolved_reason(observed + together[:3]) is None  # half: still observed
+    reason = timing_unresolved_reason(observed + together)
+    assert reason == ("timing_unresolved: 4/7 responses arrived in a single read, so per-token "
+                      "timing was not observed")
+    # failed, warm-up and one-chunk responses say nothing about per-token timing
+    assert timing_unresolved_reason([rec([1.0, 1.0], ok=False), rec([1.0, 1.0], warmup=True),
+                                     rec([1.0]), *observed]) is None

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servebench.loadgen.records import RequestRecord
+from servebench.metrics import CLIENT_LAG_BOUND_MS, client_lag_reasons
 
 # A cell whose client fell this far behind its own schedule measured the client, not the server
-# (send lag p99, or event-loop lag p95, in milliseconds). Same bound as runner.CLIENT_LAG_BOUND_MS.
-LAG_BOUND_MS = 50.0
+# (send lag p99, or event-loop lag p95, in milliseconds): the one bound, defined with its rule
+LAG_BOUND_MS = CLIENT_LAG_BOUND_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +92,9 @@ class LoadResult:
         return [*self.warmup_records, *self.records]
 
     def client_lag_reasons(self, bound_ms: float = LAG_BOUND_MS) -> list[str]:
-        """Why this load measured the client rather than the server (empty: it did not)."""
-        lags = {"send lag p99": self.send_lag.p99_ms, "event-loop lag p95": self.loop_lag.p95_ms}
-        return [f"{k} {v:.1f} ms" for k, v in lags.items() if v > bound_ms]
+        """Why this load measured the client rather than the server (empty: it did not); the
+        rule is ``metrics.client_lag_reasons``."""
+        return client_lag_reasons(self.send_lag.p99_ms, self.loop_lag.p95_ms, bound_ms)
 
     @property
     def client_saturated(self) -> bool:

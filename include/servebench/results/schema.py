@@ -140,6 +140,7 @@ CELLS = pa.schema(
         _f("server_metrics_json", _STR),  # Prometheus deltas over the cell
         _f("client_send_lag_ms_p99", _F64),  # the client's own lag: proof it kept up
         _f("client_loop_lag_ms_p99", _F64),
+        _f("client_loop_lag_ms_p95", _F64),  # the statistic client_saturated decides on
     ]
 )
 
