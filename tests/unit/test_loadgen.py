@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from servebench.loadgen.client import send_streaming
-from servebench.loadgen.closed_loop import run_closed_loop_sync
+from servebench.loadgen.engine import LoadSpec, run_load_sync
 from servebench.loadgen.records import Clock, RequestRecord
 from servebench.metrics import compute_cell_metrics
 from servebench.testing import FakeServerConfig, serve_in_subprocess, serve_in_thread
@@ -29,8 +29,8 @@ def chat_body(max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
 
 def test_records_complete_chat() -> None:
     with serve_in_thread(FakeServerConfig(ttft_s=0.005, itl_s=0.001)) as srv:
-        res = run_closed_loop_sync(srv.url, CHAT, [chat_body(8) for _ in range(12)], concurrency=3,
-                                   cell_id="cellA", prompt_tokens_requested=[4] * 12)
+        res = run_load_sync(srv.url, CHAT, [chat_body(8) for _ in range(12)], LoadSpec.closed(3),
+                            cell_id="cellA", prompt_tokens_requested=[4] * 12)
     assert len(res.records) == 12 and not res.warmup_records
     assert len({r.request_id for r in res.records}) == 12
     for r in res.records:
@@ -54,7 +54,7 @@ def test_completions_with_continuous_usage_and_multi_token_chunks() -> None:
     body = {"model": "x", "prompt": "a b c", "max_tokens": 10,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
     with serve_in_thread(FakeServerConfig(tokens_per_chunk=3, served_model="served-x")) as srv:
-        res = run_closed_loop_sync(srv.url, COMPL, [body] * 4, concurrency=2, cell_id="c")
+        res = run_load_sync(srv.url, COMPL, [body] * 4, LoadSpec.closed(2), cell_id="c")
     for r in res.records:
         assert r.ok, r.error
         assert r.chunk_tokens == [3, 3, 3, 1] and r.output_tokens == 10 and r.prompt_tokens == 3
@@ -69,8 +69,8 @@ def _in_flight(reqs: list[dict[str, Any]], t: float) -> int:
 def test_concurrency_is_held(concurrency: int) -> None:
     n = concurrency * 6
     with serve_in_thread(FakeServerConfig(ttft_s=0.02, itl_s=0.002)) as srv:
-        res = run_closed_loop_sync(srv.url, CHAT, [chat_body(6) for _ in range(n)],
-                                   concurrency=concurrency, cell_id="c")
+        res = run_load_sync(srv.url, CHAT, [chat_body(6) for _ in range(n)],
+                            LoadSpec.closed(concurrency), cell_id="c")
         # the client may read [DONE] before the server thread stamps its own done_at
         deadline = time.monotonic() + 2
         while any(q["done_at"] is None for q in srv.truth()["requests"]):
@@ -92,8 +92,8 @@ def test_concurrency_is_held(concurrency: int) -> None:
 
 def test_warmup_excluded_from_window() -> None:
     with serve_in_thread(FakeServerConfig(ttft_s=0.003, itl_s=0.001)) as srv:
-        res = run_closed_loop_sync(srv.url, CHAT, [chat_body(4) for _ in range(10)], concurrency=2,
-                                   warmup=3, cell_id="w")
+        res = run_load_sync(srv.url, CHAT, [chat_body(4) for _ in range(10)], LoadSpec.closed(2),
+                            warmup=3, cell_id="w")
     assert [r.request_id for r in res.warmup_records] == ["w:0", "w:1", "w:2"]
     assert [r.request_id for r in res.records] == [f"w:{i}" for i in range(3, 10)]
     assert all(r.warmup for r in res.warmup_records) and not any(r.warmup for r in res.records)
@@ -104,15 +104,15 @@ def test_warmup_excluded_from_window() -> None:
     m = compute_cell_metrics(res.all_records(), (res.window_start, res.window_end))
     assert m.n_requests == 7                                                # flags respected
     with pytest.raises(ValueError):
-        run_closed_loop_sync("http://127.0.0.1:1", CHAT, [chat_body()] * 2, concurrency=1,
-                             warmup=2, cell_id="w")
+        run_load_sync("http://127.0.0.1:1", CHAT, [chat_body()] * 2, LoadSpec.closed(1),
+                      warmup=2, cell_id="w")
 
 
 def test_http_error_becomes_record() -> None:
     bodies = [chat_body(4), chat_body(4, fake_status=503), chat_body(4)]
     with serve_in_thread() as srv:
-        res = run_closed_loop_sync(srv.url, CHAT, bodies, concurrency=1, cell_id="e")
-        missing = run_closed_loop_sync(srv.url, "/v1/nope", [chat_body()], concurrency=1, cell_id="e")
+        res = run_load_sync(srv.url, CHAT, bodies, LoadSpec.closed(1), cell_id="e")
+        missing = run_load_sync(srv.url, "/v1/nope", [chat_body()], LoadSpec.closed(1), cell_id="e")
     ok, bad, ok2 = res.records
     assert ok.ok and ok2.ok
     assert not bad.ok and bad.http_status == 503
@@ -131,16 +131,16 @@ def _closed_port() -> int:
 
 def test_connection_error_and_timeouts_become_records() -> None:
     port = _closed_port()
-    res = run_closed_loop_sync(f"http://127.0.0.1:{port}", CHAT, [chat_body()] * 3, concurrency=2,
-                               cell_id="x", timeout_s=2)
+    res = run_load_sync(f"http://127.0.0.1:{port}", CHAT, [chat_body()] * 3, LoadSpec.closed(2),
+                        cell_id="x", timeout_s=2)
     assert len(res.records) == 3
     assert all(r.http_status is None and r.error.startswith("ConnectError") for r in res.records)
     assert "all 3 requests failed" in compute_cell_metrics(res.records).invalid_reasons[0]
     with serve_in_thread(FakeServerConfig(ttft_s=1.0)) as srv:
-        slow = run_closed_loop_sync(srv.url, CHAT, [chat_body()], concurrency=1, cell_id="t",
-                                    timeout_s=0.15)
-        dl = run_closed_loop_sync(srv.url, CHAT, [chat_body()], concurrency=1, cell_id="t",
-                                  request_deadline_s=0.1)
+        slow = run_load_sync(srv.url, CHAT, [chat_body()], LoadSpec.closed(1), cell_id="t",
+                             timeout_s=0.15)
+        dl = run_load_sync(srv.url, CHAT, [chat_body()], LoadSpec.closed(1), cell_id="t",
+                           request_deadline_s=0.1)
     r = slow.records[0]
     assert r.http_status == 200 and r.error.startswith("ReadTimeout") and not r.ok
     assert 0.14 < r.e2e_s < 0.6
@@ -150,8 +150,8 @@ def test_connection_error_and_timeouts_become_records() -> None:
 def test_client_ttft_matches_server_truth() -> None:
     cfg = FakeServerConfig(ttft_s=0.03, itl_s=0.005)
     with serve_in_subprocess(cfg) as srv:  # own process: no GIL sharing between the two sides
-        res = run_closed_loop_sync(srv.url, CHAT, [chat_body(6) for _ in range(9)], concurrency=1,
-                                   warmup=1, cell_id="t")  # warm-up pays the TCP connect
+        res = run_load_sync(srv.url, CHAT, [chat_body(6) for _ in range(9)], LoadSpec.closed(1),
+                            warmup=1, cell_id="t")  # warm-up pays the TCP connect
         truth = {q["request_id"]: q for q in srv.truth()["requests"]}
     # On a loaded machine the client's timestamps are late by up to the measured loop lag.
     slack = 0.004 + res.loop_lag.max_ms / 1000

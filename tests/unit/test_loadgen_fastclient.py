@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 import pytest
-from servebench.loadgen.closed_loop import run_closed_loop_sync
+from servebench.loadgen.engine import LoadSpec, run_load_sync
 
 CHAT = "/v1/chat/completions"
 COMPL = "/v1/completions"
@@ -138,10 +138,10 @@ def summary(r) -> dict:
 
 
 def run(server, name: str, client: str, path: str = CHAT, n: int = 3):
-    res = run_closed_loop_sync(f"http://127.0.0.1:{server.port}", path,
-                               [{"model": "m", "max_tokens": 3}] * n, concurrency=1, cell_id=name,
-                               headers={"x-scenario": name}, client=client, timeout_s=5,
-                               processes=1)
+    res = run_load_sync(f"http://127.0.0.1:{server.port}", path,
+                        [{"model": "m", "max_tokens": 3}] * n, LoadSpec.closed(1), cell_id=name,
+                        headers={"x-scenario": name}, client=client, timeout_s=5,
+                        processes=1)
     return [summary(r) for r in res.records], res
 
 
@@ -174,9 +174,9 @@ def test_expected_records(server) -> None:
 
 
 def test_collect_text_off_keeps_counts(server) -> None:
-    res = run_closed_loop_sync(f"http://127.0.0.1:{server.port}", CHAT, [{"model": "m"}] * 2,
-                               concurrency=1, cell_id="t", headers={"x-scenario": "normal"},
-                               client="fast", collect_text=False, processes=1)
+    res = run_load_sync(f"http://127.0.0.1:{server.port}", CHAT, [{"model": "m"}] * 2,
+                        LoadSpec.closed(1), cell_id="t", headers={"x-scenario": "normal"},
+                        client="fast", collect_text=False, processes=1)
     for r in res.records:
         assert r.ok and r.chunk_tokens == [1, 1, 1]
         assert r.output_text in ("", "Hel")  # only events that took the full decode add text
@@ -187,9 +187,9 @@ def test_connection_refused_both_clients() -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     for client in ("fast", "httpx"):
-        res = run_closed_loop_sync(f"http://127.0.0.1:{port}", CHAT, [{"model": "m"}] * 2,
-                                   concurrency=2, cell_id="x", client=client, timeout_s=2,
-                                   processes=1)
+        res = run_load_sync(f"http://127.0.0.1:{port}", CHAT, [{"model": "m"}] * 2,
+                            LoadSpec.closed(2), cell_id="x", client=client, timeout_s=2,
+                            processes=1)
         assert all(r.http_status is None and r.error.startswith("ConnectError") for r in res.records)
 
 
@@ -201,8 +201,8 @@ def test_timestamps_against_server_truth() -> None:
 
     cfg = FakeServerConfig(ttft_s=0.02, itl_s=0.005, output_tokens=8)
     with serve_in_subprocess(cfg) as srv:
-        res = run_closed_loop_sync(srv.url, CHAT, [{"model": "m", "max_tokens": 8}] * 96,
-                                   concurrency=32, warmup=32, cell_id="k", processes=1)
+        res = run_load_sync(srv.url, CHAT, [{"model": "m", "max_tokens": 8}] * 96,
+                            LoadSpec.closed(32), warmup=32, cell_id="k", processes=1)
         truth = {q["request_id"]: q for q in srv.truth()["requests"]}
     ttft, chunk = [], []
     for r in res.records:
@@ -220,11 +220,9 @@ def test_one_rule_picks_the_transport_by_scheme() -> None:
     (a hosted API's https) httpx -- the fast client speaks no TLS."""
     import inspect
 
-    from servebench.loadgen.closed_loop import run_closed_loop
     from servebench.loadgen.engine import resolve_client, run_load
 
     assert inspect.signature(run_load).parameters["client"].default == "auto"
-    assert inspect.signature(run_closed_loop).parameters["client"].default == "auto"
     assert resolve_client("auto", "http://127.0.0.1:8080") == "fast"
     assert resolve_client("auto", "https://api.example.com/v1") == "httpx"
     assert resolve_client("httpx", "http://127.0.0.1:8080") == "httpx"

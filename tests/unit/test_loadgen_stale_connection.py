@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from servebench.loadgen.closed_loop import run_closed_loop_sync
+from servebench.loadgen.engine import LoadSpec, run_load_sync
 
 SSE = b"".join(
     b"data: " + json.dumps(e).encode() + b"\n\n"
@@ -72,9 +72,9 @@ def test_closed_connections_are_retried_once(client, concurrency):
     loop, box = _serve(answer=True)
     try:
         body = {"model": "m", "messages": [], "max_tokens": 1}
-        res = run_closed_loop_sync(f"http://127.0.0.1:{box['port']}", "/v1/chat/completions",
-                                   [body] * 40, concurrency=concurrency, cell_id="c",
-                                   client=client)
+        res = run_load_sync(f"http://127.0.0.1:{box['port']}", "/v1/chat/completions",
+                            [body] * 40, LoadSpec.closed(concurrency), cell_id="c",
+                            client=client)
     finally:
         _stop(loop, box)
     assert [r.error for r in res.records if not r.ok] == []
@@ -84,9 +84,9 @@ def test_closed_connections_are_retried_once(client, concurrency):
 def test_a_server_that_never_answers_is_still_an_error():
     loop, box = _serve(answer=False)
     try:
-        res = run_closed_loop_sync(f"http://127.0.0.1:{box['port']}", "/v1/chat/completions",
-                                   [{"model": "m", "max_tokens": 1}] * 3, concurrency=1,
-                                   cell_id="c")
+        res = run_load_sync(f"http://127.0.0.1:{box['port']}", "/v1/chat/completions",
+                            [{"model": "m", "max_tokens": 1}] * 3, LoadSpec.closed(1),
+                            cell_id="c")
     finally:
         _stop(loop, box)
     assert all(r.error and "RemoteProtocolError" in r.error for r in res.records)

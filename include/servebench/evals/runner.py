@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from servebench.config import GoldenSetRef, SamplingSpec, VariantSpec
 from servebench.evals.golden import load_golden_set
 from servebench.evals.scorers import ScoreResult, score_answer
-from servebench.loadgen.closed_loop import run_closed_loop_sync
+from servebench.loadgen.engine import LoadSpec, run_load_sync
 from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter
 
@@ -49,8 +49,8 @@ def run_golden_set(
         ), **variant.request_overrides}
         for item in items
     ]
-    load = run_closed_loop_sync(
-        endpoint.base_url, endpoint.chat_path, bodies, concurrency=ref.concurrency, warmup=0,
+    load = run_load_sync(
+        endpoint.base_url, endpoint.chat_path, bodies, LoadSpec.closed(ref.concurrency), warmup=0,
         cell_id=f"{cell_prefix}/golden/{ref.name}", headers=endpoint.headers,
     )
     rows, correct, errors = [], 0, 0

@@ -4,7 +4,7 @@ Public names (imported lazily, so ``servebench.metrics`` can import ``records`` 
 pulling in the engine):
 
 * modes: :class:`LoadSpec` (``closed``/``open``/``max_throughput``/``trace``), :func:`run_load`
-  (async), :func:`run_load_sync`, :func:`run_closed_loop_sync` (the runners' entry point);
+  (async), :func:`run_load_sync` (the runners' entry point);
 * arrivals and traces: :func:`arrival_offsets`, :func:`load_trace`, :class:`TraceEntry`;
 * scaling out: :func:`run_load_multiprocess`;
 * SLO search: :func:`find_max_load`, :func:`slo_check`;
@@ -18,7 +18,6 @@ from typing import Any
 _WHERE = {
     "LoadSpec": "engine", "run_load": "engine", "run_load_sync": "engine",
     "arrival_offsets": "engine", "load_trace": "engine", "TraceEntry": "engine",
-    "run_closed_loop": "closed_loop", "run_closed_loop_sync": "closed_loop",
     "run_load_multiprocess": "multiproc", "find_max_load": "sweep", "slo_check": "sweep",
     "LoadResult": "result", "LagStats": "result", "LAG_BOUND_MS": "result",
     "RequestRecord": "records", "Clock": "records", "FastClient": "fastclient",

@@ -360,8 +360,22 @@ async def run_load(
 ) -> LoadResult:
     """Drive ``base_url + path`` with ``bodies`` as ``spec`` says; see the module docstring.
 
-    Args mirror :func:`servebench.loadgen.closed_loop.run_closed_loop`, plus:
-        spec: the load mode.
+    Args:
+        base_url: e.g. ``"http://127.0.0.1:8000"``.
+        path: ``"/v1/chat/completions"`` or ``"/v1/completions"``.
+        bodies: full request bodies (the stack adapter decides model and sampling fields;
+            ``stream`` is forced on). ``bodies[:warmup]`` are warm-up; at least one must remain.
+        spec: the load mode (``LoadSpec.closed(concurrency)``: that many workers, and pool).
+        warmup: number of leading bodies sent as warm-up and excluded from measurement.
+        cell_id: copied into every record; request ids are ``f"{cell_id}:{index}"``.
+        headers: headers for every request (e.g. ``{"Authorization": "Bearer ..."}``).
+        timeout_s: timeout per operation (connect, each read), seconds.
+        request_deadline_s: optional total wall-time limit per request, seconds.
+        prompt_tokens_requested: optional prompt lengths parallel to ``bodies`` (for validity).
+        tag_requests: send ``x-request-id: <request_id>`` (vLLM and others log/echo it).
+        trust_env: let httpx use proxy settings from the environment (off: benchmark traffic
+            must not silently go through a proxy; the fast client never uses a proxy).
+        tick_s: event-loop lag ticker period, seconds.
         duration_s: stop sending new measured requests after this many seconds.
         client: ``"auto"`` (default: fast for http, httpx for https), ``"fast"``, ``"httpx"``.
         collect_text: keep ``output_text`` (fast client; the httpx client always does).
