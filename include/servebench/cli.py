@@ -1,17 +1,33 @@
-"""``servebench`` command line: validate a sweep, smoke-test its variants, print a run's
-summary."""
+"""``servebench``: the command line over the library functions the DAGs call (typer + rich).
+
+``validate`` a sweep, ``smoke``-test its variants, print a run's ``summary``, ``compare`` two
+runs cell by cell with their gate verdicts, query the ``history`` with DuckDB, (re)write a
+run's HTML ``report``, and ``trends replay`` a history through the nightly detector.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
+import click
+import typer
+from rich.console import Console
+from rich.table import Table
+
 from servebench.config import SpecError
 from servebench.notify.digest import gate_lines, summary_table
 from servebench.settings import get_settings
 
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Nightly benchmarks of LLM serving stacks, from a terminal: the same "
+                       "library functions the DAGs call.")
+trends_app = typer.Typer(no_args_is_help=True, help="nightly change points")
+app.add_typer(trends_app, name="trends")
+console = Console(highlight=False)
 
-def _plan(args: argparse.Namespace) -> int:
+
+def _validate(args: argparse.Namespace) -> int:
     from servebench.pipeline import plan_run
 
     try:
@@ -112,34 +128,165 @@ def _trends_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pct(a: float | None, b: float | None) -> str:
+    import math
+
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or a == 0:
+        return "-"
+    return f"{100 * (b / a - 1):+.1f}%"
+
+
+def _num(v) -> str:
+    from servebench.notify.digest import fmt_num
+
+    return fmt_num(v)
+
+
+COMPARED = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
+            ("e2e_ms_p95", "E2E p95"), ("output_throughput", "out tok/s"))
+CELL_KEY = ["target", "variant", "workload", "load_point"]
+
+
+def compare_runs(run_a: str, run_b: str) -> Table:
+    """Cell by cell: each compared statistic a -> b with its change, both statuses and gate
+    verdicts (cells present in one run only are listed with '-' on the other side)."""
+    from servebench.pipeline import open_store
+
+    store = open_store(get_settings())
+    cells = store.read_table("cells", run_ids=[run_a, run_b]).to_pandas()
+    for run in (run_a, run_b):
+        if not (cells["run_id"] == run).any():
+            raise click.BadParameter(f"run {run!r} is not committed in {store.uri}")
+    a = cells[cells["run_id"] == run_a].set_index(CELL_KEY)
+    b = cells[cells["run_id"] == run_b].set_index(CELL_KEY)
+    table = Table(title=f"{run_a} -> {run_b}")
+    for name in ("target / variant", "workload", "load"):
+        table.add_column(name)
+    for _, label in COMPARED:
+        table.add_column(label, justify="right")
+    table.add_column("status")
+    table.add_column("gate")
+    for key in sorted(set(a.index) | set(b.index), key=lambda k: tuple(map(str, k))):
+        ra = a.loc[key].to_dict() if key in a.index else {}
+        rb = b.loc[key].to_dict() if key in b.index else {}
+        row = [f"{key[0]} / {key[1]}", str(key[2]), str(key[3])]
+        for column, _ in COMPARED:
+            va, vb = ra.get(column), rb.get(column)
+            row.append(f"{_num(va)} -> {_num(vb)} ({_pct(va, vb)})")
+        row.append(f"{ra.get('status', '-')} -> {rb.get('status', '-')}")
+        row.append(f"{ra.get('gate_verdict') or '-'} -> {rb.get('gate_verdict') or '-'}")
+        table.add_row(*row)
+    return table
+
+
+def history_table(metric: str, target: str | None, variant: str | None, since: str | None,
+                  limit: int) -> Table:
+    """The newest ``limit`` ok cells' ``metric`` over committed runs, via DuckDB."""
+    import pyarrow as pa
+
+    from servebench.pipeline import open_store
+    from servebench.results.history import duckdb_connection
+    from servebench.results.schema import CELLS
+
+    field = CELLS.field(metric) if metric in CELLS.names else None
+    if field is None or not (pa.types.is_floating(field.type) or pa.types.is_integer(field.type)):
+        numeric = sorted(f.name for f in CELLS if pa.types.is_floating(f.type))
+        raise click.BadParameter(f"{metric!r} is not a numeric cells column; one of {numeric}")
+    where, params = ["status = 'ok'"], []
+    for column, value in (("target", target), ("variant", variant)):
+        if value:
+            where.append(f"{column} = ?")
+            params.append(value)
+    if since:
+        where.append("run_date >= CAST(? AS DATE)")
+        params.append(since)
+    con = duckdb_connection(open_store(get_settings()))
+    rows = con.execute(  # the metric is a checked column name, the filters are parameters
+        f"select run_date, target, variant, workload, load_point, {metric} from cells "
+        f"where {' and '.join(where)} order by run_date desc, target, variant, workload, "
+        f"load_point limit {int(limit)}", params).fetchall()
+    table = Table(title=f"{metric}, newest first")
+    for name in ("date", "target", "variant", "workload", "load"):
+        table.add_column(name)
+    table.add_column(metric, justify="right")
+    for run_date, *key, value in rows:
+        table.add_row(str(run_date), *map(str, key), _num(value))
+    return table
+
+
+# -- commands --------------------------------------------------------------------------------
+@app.command()
+def validate(sweep: str = typer.Argument(None, help="sweep YAML (default: the settings')")):
+    """Validate a sweep spec and everything it names; list its units."""
+    raise typer.Exit(_validate(argparse.Namespace(sweep=sweep)))
+
+
+app.command("plan", hidden=True)(validate)  # its name before `validate`
+
+
+@app.command()
+def summary(run_id: str = typer.Option(None, "--run-id"),
+            latest: bool = typer.Option(False, "--latest", help="the newest committed run"),
+            require_ok: bool = typer.Option(False, "--require-ok",
+                                            help="exit 1, listing them, when a cell is not ok")):
+    """Print the summary table of a run (default: the newest)."""
+    if run_id and latest:
+        raise click.UsageError("--run-id and --latest exclude each other")
+    raise typer.Exit(_summary(argparse.Namespace(run_id=run_id, require_ok=require_ok)))
+
+
+@app.command()
+def smoke(sweep: str = typer.Argument(None),
+          stack: list[str] = typer.Option(None, "--stack", help="only variants of this stack")):
+    """Launch each variant once and send it a batch of requests: does it serve at all?"""
+    raise typer.Exit(_smoke(argparse.Namespace(sweep=sweep, stack=stack)))
+
+
+@app.command()
+def compare(run_a: str, run_b: str):
+    """Two committed runs cell by cell: latencies, throughput, status and gate verdicts."""
+    console.print(compare_runs(run_a, run_b))
+
+
+@app.command()
+def history(metric: str = typer.Option("ttft_ms_p95", help="a numeric cells column"),
+            target: str = typer.Option(None), variant: str = typer.Option(None),
+            since: str = typer.Option(None, help="YYYY-MM-DD"),
+            limit: int = typer.Option(30, min=1)):
+    """A metric over the committed history (DuckDB over the Parquet), newest first."""
+    console.print(history_table(metric, target, variant, since, limit))
+
+
+@app.command()
+def report(run_id: str):
+    """(Re)write a committed run's self-contained HTML report beside the results."""
+    from servebench.pipeline import write_report
+
+    try:
+        where = write_report(run_id)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    print(where)
+
+
+@trends_app.command("replay")
+def trends_replay(history: str = typer.Argument(..., help="Parquet: series_id, metric, "
+                                                          "direction, night, date, value"),
+                  out: str = typer.Option(..., "--out", help="alerts CSV to write")):
+    """Replay a long-format history night by night through the nightly detector."""
+    raise typer.Exit(_trends_replay(argparse.Namespace(history=history, out=out)))
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="servebench", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    plan = sub.add_parser("plan", help="validate a sweep spec and list its units")
-    plan.add_argument("sweep", nargs="?", default=None)
-    plan.set_defaults(fn=_plan)
-    summary = sub.add_parser("summary", help="print the summary table of a run")
-    group = summary.add_mutually_exclusive_group()
-    group.add_argument("--run-id")
-    group.add_argument("--latest", action="store_true", help="the newest committed run")
-    summary.add_argument("--require-ok", action="store_true",
-                         help="exit 1, listing them, when any cell is not ok")
-    summary.set_defaults(fn=_summary)
-    smoke = sub.add_parser("smoke", help="launch each variant once and send it a batch of "
-                                         "requests: does it serve at all?")
-    smoke.add_argument("sweep", nargs="?", default=None)
-    smoke.add_argument("--stack", action="append", help="only variants of this stack")
-    smoke.set_defaults(fn=_smoke)
-    trends = sub.add_parser("trends", help="nightly change points")
-    trends_sub = trends.add_subparsers(dest="trends_command", required=True)
-    replay = trends_sub.add_parser(
-        "replay", help="replay a long-format history night by night through the detector")
-    replay.add_argument("history", help="Parquet: series_id, metric, direction, night, date, "
-                                        "value[, binomial_n]")
-    replay.add_argument("--out", required=True, help="alerts CSV to write")
-    replay.set_defaults(fn=_trends_replay)
-    args = parser.parse_args(argv)
-    return args.fn(args)
+    """The console script; returns the exit status (usage errors: 2)."""
+    try:
+        result = app(args=argv, prog_name="servebench", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
+        return 1
+    return result if isinstance(result, int) else 0
 
 
 if __name__ == "__main__":

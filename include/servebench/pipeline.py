@@ -10,6 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from slack_sdk.errors import SlackApiError, SlackClientError
@@ -30,6 +32,9 @@ from servebench.runner import VariantRunner, cell_id, unit_id
 from servebench.settings import Settings, get_settings
 from servebench.stacks.base import get_stack
 from servebench.workloads import TEMPLATE_OVERHEAD_MAX, max_sequence_tokens
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 TABLES = ("cells", "requests", "evals")
@@ -159,9 +164,9 @@ def _store_problems(settings: Settings) -> list[str]:
 
         session = boto3.Session()
     if session.get_credentials() is None:
-        return [f"setting results_uri (SERVEBENCH_RESULTS_URI) {settings.results_uri}: no AWS "
-                f"credentials -- no Airflow connection {settings.aws_conn_id!r} and none in "
-                "boto3's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)"]
+        return [(f"setting results_uri (SERVEBENCH_RESULTS_URI) {settings.results_uri}: no AWS "
+                 f"credentials -- no Airflow connection {settings.aws_conn_id!r} and none in "
+                 "boto3's chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile, a role)")]
     return []
 
 
@@ -375,6 +380,48 @@ def _airflow_url(settings: Settings) -> str | None:
     return conf.get("api", "base_url", fallback=None) or None
 
 
+@dataclass
+class _Night:
+    """What the digest and the report of one committed run are made of."""
+
+    run_id: str
+    run_date: str
+    cells: pd.DataFrame
+    run: dict
+    regressions: pd.DataFrame
+    charts: dict[str, str]
+    files: list
+    pngs: dict[str, bytes]
+    levers: list[dict]
+
+    @classmethod
+    def load(cls, store: ResultStore, run_id: str, run_date: str) -> _Night:
+        cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
+        run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
+        regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
+        charts, files, pngs = _draw_charts(store, run_id, run_date, cells, regressions)
+        requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
+        return cls(run_id, run_date, cells, run, regressions, charts, files, pngs,
+                   lever_rows(cells, requests))
+
+    def put_report(self, store: ResultStore, settings: Settings) -> str:
+        return store.put_text(
+            f"reports/date={self.run_date}/{encode_run_id(self.run_id)}.html",
+            render_report(self.cells, self.run, settings.results_uri, self.regressions,
+                          self.pngs, self.levers))
+
+
+def write_report(run_id: str, settings: Settings | None = None) -> str:
+    """(Re)write the HTML report of committed run ``run_id`` beside the results; where."""
+    settings = settings or get_settings()
+    store = open_store(settings)
+    runs = store.read_table("runs", run_ids=[run_id]).to_pylist()
+    if not runs:
+        raise ValueError(f"run {run_id!r} is not committed in {settings.results_uri}")
+    run_date = str(runs[0]["run_date"])
+    return _Night.load(store, run_id, run_date).put_report(store, settings)
+
+
 def send_digest(summary: dict, settings: Settings | None = None) -> str:
     """Render the run's digest; post it to Slack when a token is configured, and always
     keep the Markdown (with its charts) and the HTML report beside the results. Returns
@@ -382,20 +429,14 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
     settings = settings or get_settings()
     store = open_store(settings)
     run_id = summary["run_id"]
-    cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
-    run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
-    regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
-    charts, files, pngs = _draw_charts(store, run_id, summary["run_date"], cells, regressions)
-    requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
-    levers = lever_rows(cells, requests)
-    markdown = render_digest(cells, run, settings.results_uri, regressions, charts, levers,
-                             airflow_url=_airflow_url(settings))
+    night = _Night.load(store, run_id, summary["run_date"])
+    markdown = render_digest(night.cells, night.run, settings.results_uri, night.regressions,
+                             night.charts, night.levers, airflow_url=_airflow_url(settings))
     where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
                            markdown)
-    report = store.put_text(f"reports/date={summary['run_date']}/{encode_run_id(run_id)}.html",
-                            render_report(cells, run, settings.results_uri, regressions, pngs,
-                                          levers))
+    report = night.put_report(store, settings)
     log.info("report: %s", report)
+    files = night.files
     token, base_url = _slack_credentials(settings)
     try:
         ts = post_digest(markdown, token=token, channel=settings.slack_channel,
