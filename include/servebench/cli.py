@@ -214,7 +214,65 @@ def history_table(metric: str, target: str | None, variant: str | None, since: s
     return table
 
 
+def run_sweep(sweep: str | None, run_id: str | None) -> int:
+    """The nightly DAG's steps in this process, in its order: plan, provision, each unit (a
+    crashed unit becomes failed cells, as the DAG's all_done publish makes it), release in
+    every path, publish, detect, digest. Progress per unit and per cell."""
+    import datetime as dt
+    import logging
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from servebench import pipeline
+
+    log = logging.getLogger("servebench.cli")
+    now = dt.datetime.now(dt.UTC)
+    run_id = run_id or f"cli__{now.isoformat(timespec='seconds')}"
+    try:
+        plan = pipeline.plan_run(sweep, run_date=now.date())
+    except SpecError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    points = len(plan["spec"]["load"].get("concurrency") or []) + \
+        len(plan["spec"]["load"].get("rates") or [])
+    n_cells = len(plan["units"]) * len(plan["spec"]["workloads"]) * points
+    provisioned = None
+    columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn())
+    try:
+        provisioned = pipeline.provision(plan, run_id)
+        with Progress(*columns, console=console) as progress:
+            units = progress.add_task("units", total=len(plan["units"]))
+            cells = progress.add_task("cells", total=n_cells)
+            for unit in plan["units"]:
+                progress.update(units, description=f"unit {unit['unit_id']}")
+                try:
+                    pipeline.bench_unit(plan, unit, provisioned, run_id,
+                                        on_cell=lambda row: progress.update(
+                                            cells, advance=1,
+                                            description=f"cell {row['cell_id']}: {row['status']}"))
+                except Exception:  # noqa: BLE001 - as the DAG's all_done publish: the unit's
+                    # cells are published as failed with the reason; the traceback stays here
+                    log.exception("unit %s failed", unit["unit_id"])
+                progress.advance(units)
+    finally:
+        released = pipeline.teardown(provisioned, run_id)
+        if released:
+            print(f"released what the run left: {released}", file=sys.stderr)
+    summary = pipeline.aggregate_and_publish(plan, run_id, now, "servebench-cli",
+                                             started_at=now)
+    summary = pipeline.detect_regressions(summary)
+    print(f"digest: {pipeline.send_digest(summary)}")
+    return _summary(argparse.Namespace(run_id=run_id, require_ok=False))
+
+
 # -- commands --------------------------------------------------------------------------------
+@app.command("run")
+def run_command(sweep: str = typer.Argument(None, help="sweep YAML (default: the settings')"),
+                run_id: str = typer.Option(None, "--run-id", help="default: cli__<UTC time>")):
+    """Run a sweep end to end without Airflow (its own history: dag_id servebench-cli)."""
+    raise typer.Exit(run_sweep(sweep, run_id))
+
+
 @app.command()
 def validate(sweep: str = typer.Argument(None, help="sweep YAML (default: the settings')")):
     """Validate a sweep spec and everything it names; list its units."""

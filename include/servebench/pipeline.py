@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -208,7 +209,10 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
 
 # -- bench -----------------------------------------------------------------------------------
 def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
-               settings: Settings | None = None) -> dict:
+               settings: Settings | None = None,
+               on_cell: Callable[[dict], None] | None = None) -> dict:
+    """The bench task: one (target, variant) run, its rows kept as the unit's scratch.
+    ``on_cell`` is told of each cell as it is made (the CLI's progress bars)."""
     settings = settings or get_settings()
     spec = SweepSpec.model_validate(plan["spec"])
     target = spec.target(unit["target"])
@@ -216,7 +220,7 @@ def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
     kind = target.provision_kind
     provisioner = get_provisioner(kind).attach(run_id, provisioned["kinds"].get(kind), settings)
     runner = VariantRunner(spec, target, variant, run_id=run_id, settings=settings,
-                           provisioner=provisioner)
+                           provisioner=provisioner, on_cell=on_cell)
     result = runner.run()
     store = open_store(settings)
     for name in TABLES:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from servebench.config import LoadPoint, SweepSpec, TargetSpec, VariantSpec
@@ -81,8 +82,10 @@ class VariantRunner:
         run_id: str,
         settings: Settings,
         provisioner: Provisioner,
+        on_cell: Callable[[dict], None] | None = None,
     ):
         self.spec, self.target, self.variant = spec, target, variant
+        self.on_cell = on_cell  # told of each cell row as it is made (progress bars)
         self.run_id, self.settings, self.provisioner = run_id, settings, provisioner
         self.adapter: StackAdapter = get_stack(target.stack)
         self.hardware = provisioner.hardware(target)
@@ -120,7 +123,7 @@ class VariantRunner:
             for point in self.spec.load.points():
                 row = self._base_row(workload.name, point, argv)
                 row.update(status="failed", reason=reason)
-                self.result.cells.append(row)
+                self._add_cell(row)
 
     # -- run --------------------------------------------------------------------------------
     def run(self) -> VariantResult:
@@ -144,6 +147,11 @@ class VariantRunner:
         finally:
             self.provisioner.stop(endpoint)
         return self.result
+
+    def _add_cell(self, row: dict) -> None:
+        self.result.cells.append(row)
+        if self.on_cell is not None:
+            self.on_cell(row)
 
     def _engine_notes(self) -> str | None:
         """What the cells' numbers cannot show about the engine: the stack's known limits,
@@ -189,7 +197,7 @@ class VariantRunner:
                 if died:  # nothing more can be measured on a dead port
                     row = self._base_row(workload.name, point, endpoint.argv)
                     row.update(status="failed", reason=f"the server had died: {_first(died)}")
-                    self.result.cells.append(row)
+                    self._add_cell(row)
                     continue
                 try:
                     self._run_cell(endpoint, workload.name, point, prompts)
@@ -198,7 +206,7 @@ class VariantRunner:
                                   point.label)
                     row = self._base_row(workload.name, point, endpoint.argv)
                     row.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
-                    self.result.cells.append(row)
+                    self._add_cell(row)
                     continue
                 died = self._server_died()
                 if died:  # it died under this cell: say so, whatever the requests showed
@@ -282,7 +290,7 @@ class VariantRunner:
         )
         row["output_tokens_total"] = sum(r.output_tokens or 0 for r in load.records if r.ok)
         row.update(self._cost(row))
-        self.result.cells.append(row)
+        self._add_cell(row)
         for rec in load.all_records():
             self.result.requests.append(rec.to_row())
         log.info("cell %s: %s ttft p50 %.1f ms, %.0f tok/s %s", cid, row["status"],
