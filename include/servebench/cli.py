@@ -7,7 +7,6 @@ run's HTML ``report``, and ``trends replay`` a history through the nightly detec
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import click
@@ -16,7 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from servebench.config import SpecError
-from servebench.notify.digest import gate_lines, summary_table
+from servebench.notify.digest import fmt_num, gate_lines, summary_table
 from servebench.settings import get_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -27,11 +26,11 @@ app.add_typer(trends_app, name="trends")
 console = Console(highlight=False)
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _validate(sweep: str | None) -> int:
     from servebench.pipeline import plan_run
 
     try:
-        plan = plan_run(args.sweep)
+        plan = plan_run(sweep)
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -43,7 +42,7 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary(args: argparse.Namespace) -> int:
+def _summary(run_id: str | None, require_ok: bool) -> int:
     from servebench.pipeline import open_store
 
     settings = get_settings()
@@ -52,10 +51,7 @@ def _summary(args: argparse.Namespace) -> int:
     if runs.empty:
         print(f"no committed runs under {settings.results_uri}", file=sys.stderr)
         return 1
-    if args.run_id:
-        run_id = args.run_id
-    else:
-        run_id = runs.sort_values("finished_at").iloc[-1]["run_id"]
+    run_id = run_id or runs.sort_values("finished_at").iloc[-1]["run_id"]
     cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
     run = runs[runs["run_id"] == run_id].iloc[0]
     print(f"run {run_id}  sweep {run['sweep_name']}  git {str(run['suite_git_sha'])[:10]}")
@@ -72,7 +68,7 @@ def _summary(args: argparse.Namespace) -> int:
     if digests:
         print("digest: " + ", ".join(digests))
     bad = cells[cells["status"] != "ok"].sort_values("cell_id")
-    if args.require_ok and not bad.empty:
+    if require_ok and not bad.empty:
         print(f"\nFAILED: {len(bad)} of {len(cells)} cells are not ok:", file=sys.stderr)
         for cell in bad.itertuples():
             reason = str(cell.reason or "").splitlines()[0][:300]
@@ -81,7 +77,7 @@ def _summary(args: argparse.Namespace) -> int:
     return 0
 
 
-def _smoke(args: argparse.Namespace) -> int:
+def _smoke(sweep: str | None, stacks: list[str] | None) -> int:
     import logging
     import tempfile
     from pathlib import Path
@@ -91,14 +87,14 @@ def _smoke(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.WARNING)
     settings = get_settings()
-    sweep = args.sweep or str(settings.resolve(settings.sweep))
+    sweep = sweep or str(settings.resolve(settings.sweep))
     try:
         spec = load_sweep(sweep)
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="servebench-smoke-") as state:
-        results = smoke_sweep(spec, settings, Path(state), stacks=set(args.stack or ()))
+        results = smoke_sweep(spec, settings, Path(state), stacks=set(stacks or ()))
     for result in results:
         print(("ok    " if result.ok else "FAIL  ") + result.line(),
               file=sys.stdout if result.ok else sys.stderr)
@@ -112,19 +108,19 @@ def _smoke(args: argparse.Namespace) -> int:
     return 0
 
 
-def _trends_replay(args: argparse.Namespace) -> int:
+def _trends_replay(history_path: str, out: str) -> int:
     from servebench.trends.replay import HistoryError, read_history, replay
 
     try:
-        history = read_history(args.history)
+        history = read_history(history_path)
     except HistoryError as exc:
         print(exc, file=sys.stderr)
         return 2
     alerts = replay(history)
-    alerts.to_csv(args.out, index=False)
+    alerts.to_csv(out, index=False)
     worse = int((alerts["direction"] == "worse").sum())
     print(f"{len(history)} series: {len(alerts)} alerts ({worse} worse, "
-          f"{len(alerts) - worse} better) -> {args.out}")
+          f"{len(alerts) - worse} better) -> {out}")
     return 0
 
 
@@ -134,12 +130,6 @@ def _pct(a: float | None, b: float | None) -> str:
     if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or a == 0:
         return "-"
     return f"{100 * (b / a - 1):+.1f}%"
-
-
-def _num(v) -> str:
-    from servebench.notify.digest import fmt_num
-
-    return fmt_num(v)
 
 
 COMPARED = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
@@ -172,7 +162,7 @@ def compare_runs(run_a: str, run_b: str) -> Table:
         row = [f"{key[0]} / {key[1]}", str(key[2]), str(key[3])]
         for column, _ in COMPARED:
             va, vb = ra.get(column), rb.get(column)
-            row.append(f"{_num(va)} -> {_num(vb)} ({_pct(va, vb)})")
+            row.append(f"{fmt_num(va)} -> {fmt_num(vb)} ({_pct(va, vb)})")
         row.append(f"{ra.get('status', '-')} -> {rb.get('status', '-')}")
         row.append(f"{ra.get('gate_verdict') or '-'} -> {rb.get('gate_verdict') or '-'}")
         table.add_row(*row)
@@ -210,7 +200,7 @@ def history_table(metric: str, target: str | None, variant: str | None, since: s
         table.add_column(name)
     table.add_column(metric, justify="right")
     for run_date, *key, value in rows:
-        table.add_row(str(run_date), *map(str, key), _num(value))
+        table.add_row(str(run_date), *map(str, key), fmt_num(value))
     return table
 
 
@@ -233,16 +223,13 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
-    points = len(plan["spec"]["load"].get("concurrency") or []) + \
-        len(plan["spec"]["load"].get("rates") or [])
-    n_cells = len(plan["units"]) * len(plan["spec"]["workloads"]) * points
     provisioned = None
     columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn())
     try:
         provisioned = pipeline.provision(plan, run_id)
         with Progress(*columns, console=console) as progress:
             units = progress.add_task("units", total=len(plan["units"]))
-            cells = progress.add_task("cells", total=n_cells)
+            cells = progress.add_task("cells", total=plan["n_cells"])
             for unit in plan["units"]:
                 progress.update(units, description=f"unit {unit['unit_id']}")
                 try:
@@ -262,7 +249,7 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
                                              started_at=now)
     summary = pipeline.detect_regressions(summary)
     print(f"digest: {pipeline.send_digest(summary)}")
-    return _summary(argparse.Namespace(run_id=run_id, require_ok=False))
+    return _summary(run_id, require_ok=False)
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -276,7 +263,7 @@ def run_command(sweep: str = typer.Argument(None, help="sweep YAML (default: the
 @app.command()
 def validate(sweep: str = typer.Argument(None, help="sweep YAML (default: the settings')")):
     """Validate a sweep spec and everything it names; list its units."""
-    raise typer.Exit(_validate(argparse.Namespace(sweep=sweep)))
+    raise typer.Exit(_validate(sweep))
 
 
 app.command("plan", hidden=True)(validate)  # its name before `validate`
@@ -290,14 +277,14 @@ def summary(run_id: str = typer.Option(None, "--run-id"),
     """Print the summary table of a run (default: the newest)."""
     if run_id and latest:
         raise click.UsageError("--run-id and --latest exclude each other")
-    raise typer.Exit(_summary(argparse.Namespace(run_id=run_id, require_ok=require_ok)))
+    raise typer.Exit(_summary(run_id, require_ok))
 
 
 @app.command()
 def smoke(sweep: str = typer.Argument(None),
           stack: list[str] = typer.Option(None, "--stack", help="only variants of this stack")):
     """Launch each variant once and send it a batch of requests: does it serve at all?"""
-    raise typer.Exit(_smoke(argparse.Namespace(sweep=sweep, stack=stack)))
+    raise typer.Exit(_smoke(sweep, stack))
 
 
 @app.command()
@@ -332,7 +319,7 @@ def trends_replay(history: str = typer.Argument(..., help="Parquet: series_id, m
                                                           "direction, night, date, value"),
                   out: str = typer.Option(..., "--out", help="alerts CSV to write")):
     """Replay a long-format history night by night through the nightly detector."""
-    raise typer.Exit(_trends_replay(argparse.Namespace(history=history, out=out)))
+    raise typer.Exit(_trends_replay(history, out))
 
 
 def main(argv: list[str] | None = None) -> int:

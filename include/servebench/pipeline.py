@@ -150,6 +150,7 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
         "sweep_hash": spec.spec_hash(),
         "sampling_hash": spec.sampling.spec_hash(),
         "units": units,
+        "n_cells": n_cells,
         "warnings": warnings,
     }
 
@@ -399,9 +400,12 @@ class _Night:
     levers: list[dict]
 
     @classmethod
-    def load(cls, store: ResultStore, run_id: str, run_date: str) -> _Night:
+    def load(cls, store: ResultStore, run_id: str) -> _Night:
+        runs = store.read_table("runs", run_ids=[run_id]).to_pylist()
+        if not runs:
+            raise ValueError(f"run {run_id!r} is not committed in {store.uri}")
+        run, run_date = runs[0], str(runs[0]["run_date"])
         cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
-        run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
         regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
         charts, files, pngs = _draw_charts(store, run_id, run_date, cells, regressions)
         requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
@@ -419,11 +423,7 @@ def write_report(run_id: str, settings: Settings | None = None) -> str:
     """(Re)write the HTML report of committed run ``run_id`` beside the results; where."""
     settings = settings or get_settings()
     store = open_store(settings)
-    runs = store.read_table("runs", run_ids=[run_id]).to_pylist()
-    if not runs:
-        raise ValueError(f"run {run_id!r} is not committed in {settings.results_uri}")
-    run_date = str(runs[0]["run_date"])
-    return _Night.load(store, run_id, run_date).put_report(store, settings)
+    return _Night.load(store, run_id).put_report(store, settings)
 
 
 def send_digest(summary: dict, settings: Settings | None = None) -> str:
@@ -433,18 +433,17 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
     settings = settings or get_settings()
     store = open_store(settings)
     run_id = summary["run_id"]
-    night = _Night.load(store, run_id, summary["run_date"])
+    night = _Night.load(store, run_id)
     markdown = render_digest(night.cells, night.run, settings.results_uri, night.regressions,
                              night.charts, night.levers, airflow_url=_airflow_url(settings))
-    where = store.put_text(f"digests/date={summary['run_date']}/{encode_run_id(run_id)}.md",
+    where = store.put_text(f"digests/date={night.run_date}/{encode_run_id(run_id)}.md",
                            markdown)
     report = night.put_report(store, settings)
     log.info("report: %s", report)
-    files = night.files
     token, base_url = _slack_credentials(settings)
     try:
         ts = post_digest(markdown, token=token, channel=settings.slack_channel,
-                         base_url=base_url, files=files)
+                         base_url=base_url, files=night.files)
     except (SlackClientError, OSError) as exc:
         # the night's results and digest file stand; a Slack outage must not fail the run
         log.exception("posting the digest to Slack %s failed", settings.slack_channel)

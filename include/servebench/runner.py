@@ -30,12 +30,7 @@ from servebench.provision.base import Endpoint, LaunchError, Provisioner
 from servebench.results.schema import CELLS
 from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter, get_stack
-from servebench.telemetry import (
-    deltas,
-    prefix_cache_hit_rate,
-    prefix_cache_hit_rate_from_usage,
-    scrape,
-)
+from servebench.telemetry import cell_prefix_cache_hit_rate, deltas, scrape
 from servebench.tokenize import FileTokenizer, ServerTokenizer, Tokenizer
 from servebench.workloads import build_prompts
 
@@ -52,10 +47,6 @@ class VariantResult:
     cells: list[dict] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
-
-
-def _first_known(*values: float | None) -> float | None:
-    return next((v for v in values if v is not None), None)
 
 
 def _first(text: str) -> str:
@@ -280,9 +271,8 @@ class VariantRunner:
             status="failed" if failed else ("invalid" if reasons else "ok"),
             reason="; ".join(reasons) or None,
             output_tokens_requested=prompts[0].output_tokens,
-            prefix_cache_hit_rate=_first_known(
-                prefix_cache_hit_rate(server_delta, self.adapter.prefix_cache_counters),
-                prefix_cache_hit_rate_from_usage(load.records)),
+            prefix_cache_hit_rate=cell_prefix_cache_hit_rate(
+                server_delta, self.adapter.prefix_cache_counters, load.records),
             client_send_lag_ms_p99=load.send_lag.p99_ms,  # the two statistics the
             client_loop_lag_ms_p95=load.loop_lag.p95_ms,  # client_saturated rule reads
             client_loop_lag_ms_p99=load.loop_lag.p99_ms,

@@ -91,6 +91,15 @@ def prefix_cache_hit_rate_from_usage(records: Iterable[RequestRecord]) -> float 
     return cached / prompt if reported and prompt > 0 else None
 
 
+def cell_prefix_cache_hit_rate(delta: dict[str, float],
+                               counters: Iterable[PrefixCacheCounters],
+                               records: Iterable[RequestRecord]) -> float | None:
+    """A cell's prefix-cache hit rate (the module doc): the server's counters where it exports
+    them, else the responses' usage."""
+    rate = prefix_cache_hit_rate(delta, counters)
+    return rate if rate is not None else prefix_cache_hit_rate_from_usage(records)
+
+
 def _sum_family(delta: dict[str, float], name: str) -> float | None:
     """A counter summed over its label sets (vLLM labels by model and engine)."""
     values = [v for k, v in delta.items() if k == name or k.startswith(name + "{")]

@@ -77,3 +77,14 @@ sglang:cached_tokens_total{{model_name="m",cache_source="host"}} {host}
     after = parse_metrics(text.format(prompt=1000, device=300, host=100))
     rate = prefix_cache_hit_rate(deltas(before, after), get_stack("sglang").prefix_cache_counters)
     assert rate == pytest.approx(400 / 1000)
+
+
+def test_a_cells_rate_takes_the_counters_first_then_the_usage():
+    from servebench.telemetry import cell_prefix_cache_hit_rate
+
+    before = parse_metrics(VLLM.format(queries=0, hits=0))
+    after = parse_metrics(VLLM.format(queries=1000, hits=250))
+    usage = [_rec(100, 90)]
+    assert cell_prefix_cache_hit_rate(deltas(before, after), VLLM_COUNTERS, usage) == 0.25
+    assert cell_prefix_cache_hit_rate({}, VLLM_COUNTERS, usage) == 0.9  # no /metrics
+    assert cell_prefix_cache_hit_rate({}, (), []) is None

@@ -128,12 +128,12 @@ def _s3_endpoint(endpoint_override: str | None) -> str | None:
             or os.environ.get("AWS_ENDPOINT_URL"))
 
 
-def _s3_filesystem(endpoint_override: str | None, region: str | None,
+def _s3_filesystem(endpoint_override: str | None, region: str,
                    session: Any) -> pafs.S3FileSystem:
     """S3 filesystem with credentials from ``session`` (a boto3 session, e.g. from the Airflow
     ``aws_default`` connection, else boto3's default chain: env, profile, role...)."""
     kwargs: dict[str, Any] = {
-        "region": region or session.region_name or "us-east-1",
+        "region": region,
         "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=S3_MAX_ATTEMPTS),
     }
     creds = session.get_credentials()
@@ -147,12 +147,6 @@ def _s3_filesystem(endpoint_override: str | None, region: str | None,
         parsed = urlparse(endpoint if "://" in endpoint else f"https://{endpoint}")
         kwargs.update(scheme=parsed.scheme, endpoint_override=parsed.netloc)
     return pafs.S3FileSystem(**kwargs)
-
-
-def botocore_config(max_attempts: int):
-    from botocore.config import Config
-
-    return Config(retries={"max_attempts": max_attempts, "mode": "standard"})
 
 
 class ResultStore:
@@ -177,15 +171,16 @@ class ResultStore:
             self._fs, self._root, self._scheme = filesystem, uri.rstrip("/"), ""
         elif uri.startswith("s3://"):
             import boto3  # only needed for s3:// stores
+            from botocore.config import Config
 
             session = session or boto3.Session()
+            region = region or session.region_name or "us-east-1"
             self._fs = _s3_filesystem(endpoint_override, region, session)
             self._root, self._scheme = uri[len("s3://"):].strip("/"), "s3://"
             # the lease's conditional PUT, which pyarrow's filesystem cannot send
             self._s3 = session.client(
-                "s3", endpoint_url=_s3_endpoint(endpoint_override),
-                region_name=region or session.region_name or "us-east-1",
-                config=botocore_config(S3_MAX_ATTEMPTS))
+                "s3", endpoint_url=_s3_endpoint(endpoint_override), region_name=region,
+                config=Config(retries={"max_attempts": S3_MAX_ATTEMPTS, "mode": "standard"}))
         elif "://" in uri and not uri.startswith("file://"):
             raise ValueError(f"unsupported store uri scheme: {uri!r} (use a path or s3://)")
         else:

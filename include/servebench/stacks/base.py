@@ -236,13 +236,16 @@ def installed_version(distribution: str) -> str:
 
 
 def chat_request(*, served_model: str, messages: list[dict], sampling: SamplingSpec,
-                 max_tokens: int, continuous_usage: bool | None = None) -> dict:
+                 max_tokens: int, continuous_usage: bool | None = None,
+                 length_field: str = "max_tokens") -> dict:
     """What every OpenAI-compatible chat request carries: the model, the messages, the length
-    cap, the sampling knobs the OpenAI schema has, and streaming with a final usage chunk."""
+    cap, the sampling knobs the OpenAI schema has, and streaming with a final usage chunk.
+    ``length_field``: ``max_completion_tokens`` where ``max_tokens`` is deprecated (OpenAI,
+    vLLM)."""
     return {
         "model": served_model,
         "messages": messages,
-        "max_tokens": max_tokens,
+        length_field: max_tokens,
         "temperature": sampling.temperature,
         "top_p": sampling.top_p,
         "seed": sampling.seed,

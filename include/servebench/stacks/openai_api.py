@@ -125,8 +125,6 @@ class OpenAIApiStack(StackAdapter):
         variant: VariantSpec,
     ) -> dict:
         dialect = variant.endpoint.dialect if variant.endpoint else "openai"
-        body = chat_request(served_model=served_model, messages=messages, sampling=sampling,
-                            max_tokens=max_tokens)
         if dialect == "openai":
             problems = self._openai_problems(sampling)
             if force_length:
@@ -134,8 +132,10 @@ class OpenAIApiStack(StackAdapter):
             if problems:
                 raise ValueError("; ".join(problems))
             # max_tokens is deprecated in the OpenAI API and rejected by its reasoning models
-            body["max_completion_tokens"] = body.pop("max_tokens")
-            return body
+            return chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                                max_tokens=max_tokens, length_field="max_completion_tokens")
+        body = chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                            max_tokens=max_tokens)
         body.update(vllm_style_sampling(sampling, max_tokens=max_tokens,
                                         force_length=force_length, top_k_disabled=-1))
         return body

@@ -190,15 +190,14 @@ class VllmStack(StackAdapter):
         force_length: bool,
         variant: VariantSpec,
     ) -> dict:
-        body = {
+        return {
             **chat_request(served_model=served_model, messages=messages, sampling=sampling,
-                           max_tokens=max_tokens, continuous_usage=True),
+                           max_tokens=max_tokens, continuous_usage=True,
+                           length_field="max_completion_tokens"),  # max_tokens is deprecated
             # -1 disables top-k in every vLLM version
             **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
                                   top_k_disabled=-1),
         }
-        body["max_completion_tokens"] = body.pop("max_tokens")  # max_tokens is deprecated
-        return body
 
     def version(self, settings: Settings) -> str:
         return installed_version("vllm")

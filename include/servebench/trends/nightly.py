@@ -259,7 +259,8 @@ def _attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *
             if step * located > 0 and abs(step) >= RECORDED_STEP_SHARE * abs(located):
                 return later, cause
             break  # the first later recorded change explains it, or none does
-    return night, _cause(cells, runs, row, night)
+    # the detector's own night was looked at first above, when it lies in (lo, hi]
+    return night, NOTHING_CHANGED if lo < night <= hi else _cause(cells, runs, row, night)
 
 
 def _step(values: np.ndarray, lo: int, night: int) -> float:
