@@ -38,10 +38,11 @@ def nightly_benchmark():
         return plan["units"]  # one mapped bench task per (target, variant)
 
     @setup
-    def provision(plan: dict, run_id=None) -> dict:
+    def provision(plan: dict, run_id=None, dag_run=None) -> dict:
         from servebench.pipeline import provision as provision_hosts
 
-        return provision_hosts(plan, run_id)  # each target's provision kind acquires
+        # each target's provision kind acquires (ec2: instances tagged with this DAG run)
+        return provision_hosts(plan, run_id, dag_id=dag_run.dag_id)
 
     # one variant at a time: cells on a shared host must not measure each other
     @task(max_active_tis_per_dag=1, execution_timeout=timedelta(hours=2))
@@ -51,10 +52,10 @@ def nightly_benchmark():
         return bench_unit(plan, unit, provisioned, run_id)
 
     @teardown
-    def release(provisioned: dict | None, run_id=None) -> list:
+    def release(provisioned: dict | None, plan: dict | None, run_id=None) -> list:
         from servebench.pipeline import teardown as teardown_hosts
 
-        return teardown_hosts(provisioned, run_id)
+        return teardown_hosts(provisioned, run_id, plan=plan)
 
     # all_done: a unit that crashed becomes failed cells with a reason, never a missing row
     @task(trigger_rule="all_done")
@@ -80,7 +81,7 @@ def nightly_benchmark():
     planned = plan()
     hosts = provision(planned)  # nothing is provisioned for a sweep that fails to plan
     benched = bench.partial(plan=planned, provisioned=hosts).expand(unit=units(planned))
-    benched >> release(hosts)  # the argument links the teardown to its setup
+    benched >> release(hosts, planned)  # the argument links the teardown to its setup
     published = publish(planned)
     benched >> published
     digest(detect(published))  # the digest leads with what tonight changed

@@ -226,7 +226,7 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
     provisioned = None
     columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn())
     try:
-        provisioned = pipeline.provision(plan, run_id)
+        provisioned = pipeline.provision(plan, run_id, dag_id=pipeline.CLI_DAG_ID)
         with Progress(*columns, console=console) as progress:
             units = progress.add_task("units", total=len(plan["units"]))
             cells = progress.add_task("cells", total=plan["n_cells"])
@@ -242,10 +242,10 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
                     log.exception("unit %s failed", unit["unit_id"])
                 progress.advance(units)
     finally:
-        released = pipeline.teardown(provisioned, run_id)
+        released = pipeline.teardown(provisioned, run_id, plan=plan)
         if released:
             print(f"released what the run left: {released}", file=sys.stderr)
-    summary = pipeline.aggregate_and_publish(plan, run_id, now, "servebench-cli",
+    summary = pipeline.aggregate_and_publish(plan, run_id, now, pipeline.CLI_DAG_ID,
                                              started_at=now)
     summary = pipeline.detect_regressions(summary)
     print(f"digest: {pipeline.send_digest(summary)}")

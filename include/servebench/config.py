@@ -274,7 +274,51 @@ class StaticProvision(_Strict):
     health_timeout_s: float = Field(60.0, gt=0)
 
 
-Provision = Annotated[LocalProvision | StaticProvision, Field(discriminator="kind")]
+class Ec2Provision(_Strict):
+    """One EC2 instance per target, launched by the setup task (boto3, credentials from the
+    Airflow AWS connection), tagged for the janitor and terminated by the teardown task; each
+    variant's container is started on it through SSM Run Command and reached over the
+    instance's address. README ("EC2") lists the IAM permissions this needs."""
+
+    kind: Literal["ec2"]
+    instance_type: str = Field(min_length=1, description="e.g. p5.48xlarge, g6e.xlarge")
+    ami: str | None = Field(None, pattern=r"^ami-[0-9a-f]+$",
+                            description="image with Docker, the NVIDIA runtime and the SSM agent")
+    launch_template: str | None = Field(
+        None, description="launch template id (lt-...) or name, instead of ami")
+    subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]+$")
+    security_group_ids: list[str] = Field(default_factory=list)
+    instance_profile: str | None = Field(
+        None, description="IAM instance profile (name or ARN) that lets the SSM agent work")
+    market: Literal["on-demand", "spot"] = "on-demand"
+    region: str | None = Field(None, description="default: the AWS connection's region")
+    aws_conn_id: str = "aws_default"
+    address: Literal["private", "public"] = Field(
+        "private", description="which of the instance's addresses the worker reaches it by")
+    port: int = Field(8000, ge=1, le=65535, description="host port the server is published on")
+    price_per_hour: float | None = Field(
+        None, ge=0, description="USD per hour of this instance type (default: the sweep's)")
+    ttl_hours: float = Field(
+        8.0, gt=0, description="the instance's tag expires_at = launch + ttl: the janitor "
+        "terminates it after that whatever the run's state")
+    hardware: str | None = Field(None, description="recorded as the cells' hardware; "
+                                 "default: 'aws <instance_type>'")
+    model_cache: str = Field("/opt/servebench/hub", description="host folder for weights, "
+                             "mounted as the stack's hub cache (kept across variants)")
+    hf_token_parameter: str | None = Field(
+        None, description="SSM parameter (SecureString) the instance reads HF_TOKEN from; "
+        "the token never travels in the command")
+    health_timeout_s: float = Field(1800.0, gt=0, description="image pull + weight load")
+
+    @model_validator(mode="after")
+    def _one_image(self) -> Ec2Provision:
+        if (self.ami is None) == (self.launch_template is None):
+            raise ValueError("exactly one of ami and launch_template")
+        return self
+
+
+Provision = Annotated[LocalProvision | StaticProvision | Ec2Provision,
+                      Field(discriminator="kind")]
 # stacks that serve nothing themselves: only ever static
 HOSTED_STACKS = frozenset({"openai_api"})
 
@@ -290,6 +334,12 @@ class TargetSpec(_Strict):
     baseline: str | None = None
     golden_sets: list[str] = Field(default_factory=list)
     provision: Provision | None = None
+
+    def price_per_hour(self, sweep_price: float) -> float:
+        """USD per hour of the host this target runs on: its provision's (ec2: the instance
+        type's) where it names one, else the sweep's."""
+        own = getattr(self.provision, "price_per_hour", None)
+        return sweep_price if own is None else own
 
     @property
     def provision_kind(self) -> str:

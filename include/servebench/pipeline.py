@@ -20,6 +20,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from servebench.config import SpecError, SweepSpec, load_sweep
 from servebench.evals.gate import cross_stack_columns, gate_columns
 from servebench.evals.golden import GoldenSetError, load_golden_set
+from servebench.janitor import recently_reaped
 from servebench.levers import lever_rows
 from servebench.notify.digest import render_digest
 from servebench.notify.html import render_report
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 TABLES = ("cells", "requests", "evals")
+CLI_DAG_ID = "servebench-cli"  # what `servebench run` records as its dag_id (its own history)
 
 
 class PlanError(SpecError):
@@ -173,7 +175,8 @@ def _store_problems(settings: Settings) -> list[str]:
 
 
 # -- provision / teardown --------------------------------------------------------------------
-def provision(plan: dict, run_id: str, settings: Settings | None = None) -> dict:
+def provision(plan: dict, run_id: str, settings: Settings | None = None,
+              dag_id: str = "") -> dict:
     """The setup task: each provision kind the plan's targets use acquires what they need;
     returns each kind's state for the bench and teardown tasks."""
     settings = settings or get_settings()
@@ -183,17 +186,23 @@ def provision(plan: dict, run_id: str, settings: Settings | None = None) -> dict
         kinds.setdefault(target.provision_kind, []).append(target)
     state = {}
     for kind, targets in kinds.items():
-        state[kind] = get_provisioner(kind).acquire(run_id, targets, settings)
+        state[kind] = get_provisioner(kind).acquire(run_id, targets, settings, dag_id=dag_id)
         log.info("provisioned %s for %s", kind, [t.name for t in targets])
     return {"run_id": run_id, "kinds": state}
 
 
-def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = None) -> list:
+def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = None,
+             plan: dict | None = None) -> list:
     """The teardown task: every kind releases what the run still holds. Works without the
-    setup task's output (it failed, or was cleared): each kind then finds the run's leftovers
-    from the run id. A kind that fails to release is raised after the others released."""
+    setup task's output (it failed, or was cleared): each kind the plan uses (every kind,
+    without a plan) then finds the run's leftovers from the run id. A kind that fails to
+    release is raised after the others released."""
     settings = settings or get_settings()
-    states = (provisioned or {}).get("kinds") or {kind: None for kind in provision_kinds()}
+    states = (provisioned or {}).get("kinds")
+    if not states:
+        kinds = sorted({t.provision_kind for t in SweepSpec.model_validate(plan["spec"])
+                        .targets}) if plan else provision_kinds()
+        states = {kind: None for kind in kinds}
     released, errors = [], []
     for kind, state in states.items():
         try:
@@ -435,7 +444,8 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
     run_id = summary["run_id"]
     night = _Night.load(store, run_id)
     markdown = render_digest(night.cells, night.run, settings.results_uri, night.regressions,
-                             night.charts, night.levers, airflow_url=_airflow_url(settings))
+                             night.charts, night.levers, airflow_url=_airflow_url(settings),
+                             reaped=recently_reaped(store))
     where = store.put_text(f"digests/date={night.run_date}/{encode_run_id(run_id)}.md",
                            markdown)
     report = night.put_report(store, settings)

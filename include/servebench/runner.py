@@ -103,10 +103,12 @@ class VariantRunner:
             "engine_version": self._engine_version,
             "engine_notes": self._engine_notes(),
             "launch_args": json.dumps(argv) if argv else None,
+            **(self.provisioner.placement(self._endpoint) if self._endpoint is not None
+               else {}),
             "model_file_sha256": file_sha256(model_path),
             "hardware": self.hardware,
             "sampling_hash": self.spec.sampling.spec_hash(),
-            "price_per_hour": self.spec.price_per_hour,
+            "price_per_hour": self.target.price_per_hour(self.spec.price_per_hour),
         }
 
     def _failed_cells(self, reason: str, argv: list[str] | None, workloads=None) -> None:
@@ -322,6 +324,7 @@ class VariantRunner:
                 row.update(status="invalid", reason=f"no quality number: {reason}")
 
     def _cost(self, row: dict) -> dict:
-        return cost_fields(price_per_hour=self.spec.price_per_hour, duration_s=row["duration_s"],
+        return cost_fields(price_per_hour=self.target.price_per_hour(self.spec.price_per_hour),
+                           duration_s=row["duration_s"],
                            output_tokens=row["output_tokens_total"], n_ok=row["n_ok"],
                            accuracy=row.get("accuracy"))

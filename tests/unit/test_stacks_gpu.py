@@ -69,8 +69,22 @@ def test_speculative_spec_validates_method_fields():
 
 
 def test_base_container_launch_names_the_stack(settings):
-    with pytest.raises(NotImplementedError, match="stack 'llama_cpp' has no container launch"):
-        get_stack("llama_cpp").container_launch(variant(), port=8000, settings=settings)
+    with pytest.raises(NotImplementedError, match="stack 'transformers' has no container launch"):
+        get_stack("transformers").container_launch(variant(), port=8000, settings=settings)
+
+
+def test_llama_cpp_container_serves_the_gguf_from_its_mount(settings):
+    v = variant(model="build/models/adder-3m-q8_0.gguf", quant="q8_0", max_num_seqs=4,
+                max_model_len=512)
+    launch = get_stack("llama_cpp").container_launch(v, port=8080, settings=settings)
+    assert launch.image == "ghcr.io/ggml-org/llama.cpp:server-cuda"
+    assert launch.entrypoint is None  # the image's own llama-server
+    assert launch.volumes == {str(settings.resolve("build/models")): "/models"}
+    args = launch.command
+    assert args[args.index("--model") + 1] == "/models/adder-3m-q8_0.gguf"
+    assert args[args.index("--host") + 1] == "0.0.0.0"
+    assert args[args.index("--n-gpu-layers") + 1] == "999"
+    assert launch.served_model == "adder-3m-q8_0" and launch.ports == {8080: 8080}
 
 
 # -- vLLM -----------------------------------------------------------------------------------

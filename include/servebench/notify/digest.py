@@ -288,9 +288,11 @@ def lever_table(rows: list[dict], markdown: bool = True) -> str:
 def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                   regressions: pd.DataFrame | None = None,
                   charts: dict[str, str] | None = None,
-                  levers: list[dict] | None = None, airflow_url: str | None = None) -> str:
+                  levers: list[dict] | None = None, airflow_url: str | None = None,
+                  reaped: list[dict] | None = None) -> str:
     """Markdown digest of one run: header, what changed since the nights before (when the
-    detect task ran), a table per target, then invalid/failed cells. ``charts`` maps a
+    detect task ran), a table per target, then invalid/failed cells, then the instances the
+    janitor had to terminate since the last digest (``reaped`` rows). ``charts`` maps a
     series_id or ``target:<name>`` to a PNG beside the digest; ``airflow_url`` (the UI's base
     URL) links the run and each change's night."""
     charts = charts or {}
@@ -332,4 +334,18 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                 for r in bad]
     else:
         out.append("None.")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + reaped_lines(reaped or [])) + "\n"
+
+
+def reaped_lines(reaped: list[dict]) -> list[str]:
+    """The janitor's catch, named: every instance a run left behind costs money."""
+    if not reaped:
+        return []
+    out = ["", "## Instances the janitor terminated (last 24 h)", ""]
+    for r in reaped:
+        up = f", up {r['hours_up']:.1f} h" if not is_missing(r.get("hours_up")) else ""
+        out.append(f"- `{r['instance_id']}` ({fmt_text(r.get('instance_type'))}, "
+                   f"{fmt_text(r.get('region'))}{up}) of `{fmt_text(r.get('dag_id'))}` "
+                   f"run `{fmt_text(r.get('run_id'))}` target `{fmt_text(r.get('target'))}`:"
+                   f" {_one_line(r.get('reason'))}")
+    return out

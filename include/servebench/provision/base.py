@@ -3,7 +3,7 @@
 The nightly DAG drives one provisioner per kind a sweep uses (``provision: {kind: ...}`` on
 each target), through this interface only:
 
-- ``acquire(run_id, targets)`` -- the setup task, once per run: whatever the run's targets
+- ``acquire(run_id, targets, dag_id=)`` -- the setup task, once per run: whatever the run's targets
   need (a state folder, instances); returns JSON-able state that the other tasks get back;
 - ``attach(run_id, state)`` -- in a bench or teardown task (other processes, maybe other
   tries): the provisioner again, from that state (``None`` when setup itself failed);
@@ -16,12 +16,13 @@ each target), through this interface only:
 - ``release()`` -- the teardown task, which runs even when bench tasks fail: everything the
   run still holds is stopped or terminated, and named.
 
-Implementations register by ``kind`` (``local``, ``static``); the pipeline and the runner
+Implementations register by ``kind`` (``local``, ``static``, ``ec2``); the pipeline and the runner
 import none of them.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from servebench.settings import Settings
     from servebench.stacks.base import StackAdapter
 
+log = logging.getLogger(__name__)
 
 class LaunchError(RuntimeError):
     """A variant's server could not be had (it exited, never became healthy, or its endpoint
@@ -64,8 +66,10 @@ class Provisioner(ABC):
 
     @classmethod
     @abstractmethod
-    def acquire(cls, run_id: str, targets: list[TargetSpec], settings: Settings) -> dict:
-        """Set up what the run's ``targets`` need; JSON-able state for ``attach``."""
+    def acquire(cls, run_id: str, targets: list[TargetSpec], settings: Settings, *,
+                dag_id: str = "") -> dict:
+        """Set up what the run's ``targets`` need; JSON-able state for ``attach``.
+        ``dag_id`` with ``run_id`` names the DAG run that holds what was set up."""
 
     @classmethod
     @abstractmethod
@@ -98,6 +102,12 @@ class Provisioner(ABC):
     def hardware(self, target: TargetSpec) -> str:
         """What ``target``'s cells record as their hardware (it keys their trend series)."""
 
+    def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
+        """Where ``endpoint``'s server ran, for its cells' provenance: ``host`` (the
+        provisioned machine) and ``image`` (the container, pinned by digest where known);
+        None where this provisioner launches no such thing."""
+        return {"host": None, "image": None}
+
     def engine_version(self, adapter: StackAdapter, endpoint: Endpoint | None = None) -> str:
         """What the cells record as the engine's version: the engine this provisioner runs
         (``endpoint``: the server it launched for the variant, once there is one)."""
@@ -106,6 +116,24 @@ class Provisioner(ABC):
     @abstractmethod
     def release(self) -> list[str]:
         """Stop or terminate everything the run still holds; returns what it stopped."""
+
+
+def served_engine_version(adapter: StackAdapter, endpoint: Endpoint) -> str | None:
+    """The version a running server reports at ``adapter.version_path`` (None: the stack
+    has no such path, or the server did not say)."""
+    import httpx  # imported here: the interface module stays light
+
+    if adapter.version_path is None:
+        return None
+    url = endpoint.base_url + adapter.version_path
+    try:
+        response = httpx.get(url, timeout=10.0, headers=endpoint.headers)
+        response.raise_for_status()
+        payload = response.json()
+    except (httpx.HTTPError, ValueError) as exc:  # ValueError: not JSON
+        log.warning("%s: no engine version from %s: %s", endpoint.name, url, exc)
+        return None
+    return adapter.served_version(payload) if isinstance(payload, dict) else None
 
 
 _REGISTRY: dict[str, type[Provisioner]] = {}

@@ -89,7 +89,7 @@ class LocalProvisioner(Provisioner):
         return settings.work_dir / encode_run_id(run_id)
 
     @classmethod
-    def acquire(cls, run_id, targets, settings) -> dict:
+    def acquire(cls, run_id, targets, settings, *, dag_id: str = "") -> dict:
         """A state folder that records every server this run starts."""
         return {"state_dir": str(cls(cls._state_dir(run_id, settings), settings).state_dir)}
 

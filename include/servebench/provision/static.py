@@ -24,6 +24,7 @@ from servebench.provision.base import (
     LaunchError,
     Provisioner,
     register_provisioner,
+    served_engine_version,
 )
 from servebench.settings import Settings
 
@@ -72,7 +73,7 @@ class StaticProvisioner(Provisioner):
         self.settings = settings
 
     @classmethod
-    def acquire(cls, run_id, targets, settings) -> dict:
+    def acquire(cls, run_id, targets, settings, *, dag_id: str = "") -> dict:
         return {}  # nothing to set up: the servers run already
 
     @classmethod
@@ -149,20 +150,10 @@ class StaticProvisioner(Provisioner):
             or UNKNOWN_HARDWARE
 
     def engine_version(self, adapter: StackAdapter, endpoint: Endpoint | None = None) -> str:
-        """What the server says it runs (``adapter.version_path``); unknown before it is
-        reached, or when it does not say."""
-        if endpoint is None or adapter.version_path is None:
-            return UNKNOWN_VERSION
-        url = endpoint.base_url + adapter.version_path
-        try:
-            response = httpx.get(url, timeout=10.0, headers=endpoint.headers)
-            response.raise_for_status()
-            payload = response.json()
-        except (httpx.HTTPError, ValueError) as exc:  # ValueError: not JSON
-            log.warning("%s: no engine version from %s: %s", endpoint.name, url, exc)
-            return UNKNOWN_VERSION
-        version = adapter.served_version(payload) if isinstance(payload, dict) else None
-        return version or UNKNOWN_VERSION
+        """What the server says it runs; unknown before it is reached, or when it does not
+        say."""
+        return (served_engine_version(adapter, endpoint) if endpoint else None) \
+            or UNKNOWN_VERSION
 
     def release(self) -> list[str]:
         return []  # nothing was started, so nothing is torn down

@@ -1,4 +1,4 @@
-"""Versioned Arrow schemas for the four result tables, and row -> table conversion.
+"""Versioned Arrow schemas for the result tables, and row -> table conversion.
 
 Tables
   runs      one row per DAG run (provenance + counts)
@@ -8,6 +8,9 @@ Tables
   regressions  one row per alert the night raised (servebench.trends): regressions and
             improvements found in the history, cells newly failing, quality-gate failures;
             written by the DAG's detect task after the run is published
+  reaped    one row per instance the instance_janitor DAG terminated (run_id: the run that
+            launched it; run_date: the day it was reaped); a log kept beside the runs, not
+            part of any run's commit
 
 Every table carries an int ``schema_version`` column (filled automatically) and the schema version
 in its metadata. Bump SCHEMA_VERSION when a column changes meaning or type; adding a nullable
@@ -130,6 +133,8 @@ CELLS = pa.schema(
         _f("engine_version", _STR),
         _f("engine_notes", _STR),  # the stack's known limits; a version outside its checked range
         _f("launch_args", _STR),
+        _f("image", _STR),  # the container it ran in: repo@sha256:... where the host said
+        _f("host", _STR),  # the machine that served it, where provisioned (instance, address)
         _f("model_file_sha256", _STR),
         _f("hardware", _STR),
         _f("sampling_hash", _STR),
@@ -217,6 +222,21 @@ REGRESSIONS = pa.schema(
     ]
 )
 
+REAPED = pa.schema(
+    _base()
+    + [
+        _f("reaped_at", _TS),
+        _f("instance_id", _STR),
+        _f("instance_type", _STR),
+        _f("region", _STR),
+        _f("dag_id", _STR),
+        _f("target", _STR),
+        _f("launched_at", _TS),
+        _f("hours_up", _F64),  # launch to reap: what it cost, with the type's price
+        _f("reason", _STR),  # expired at ... / its DAG run ... is no longer running
+    ]
+)
+
 # Columns that must be present and non-null in every row.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "runs": ("schema_version", "run_id", "run_date"),
@@ -226,6 +246,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "evals": ("schema_version", "run_id", "run_date", "target", "variant", "golden_set", "item_id"),
     "regressions": ("schema_version", "run_id", "run_date", "series_id", "target", "metric",
                     "kind"),
+    "reaped": ("schema_version", "run_date", "reaped_at", "instance_id", "reason"),
 }
 
 
@@ -239,10 +260,10 @@ def _finish(name: str, schema: pa.Schema) -> pa.Schema:
 TABLES: dict[str, pa.Schema] = {
     name: _finish(name, s)
     for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS,
-                    "regressions": REGRESSIONS}.items()
+                    "regressions": REGRESSIONS, "reaped": REAPED}.items()
 }
-RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS = (
-    TABLES[n] for n in ("runs", "cells", "requests", "evals", "regressions"))
+RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS, REAPED = (
+    TABLES[n] for n in ("runs", "cells", "requests", "evals", "regressions", "reaped"))
 # what the publish of a run writes (and its contract checks); the rest is derived afterwards
 PUBLISHED_TABLES = ("runs", "cells", "requests", "evals")
 

@@ -453,6 +453,29 @@ class ResultStore:
     def drop_scratch(self, run_id: str) -> None:
         self._delete_dir(self._path(SCRATCH, encode_run_id(run_id)))
 
+    # ---- log tables (reaped): rows kept beside the runs, in no run's commit -------------------
+    def append_log(self, table: str, day: dt.date, key: str, rows: pa.Table) -> str:
+        """Write ``rows`` of log table ``table`` as one file of ``day`` (``key`` names it:
+        the same key again replaces that file, so a retried task does not double its rows)."""
+        rows = conform(table, rows)
+        buf = pa.BufferOutputStream()
+        pq.write_table(rows, buf)
+        rel = f"{table}/date={day.isoformat()}/{encode_run_id(key)}.parquet"
+        return self.put_bytes(rel, buf.getvalue().to_pybytes())
+
+    def read_log(self, table: str, since: dt.date | None = None) -> pa.Table:
+        """Every row of log table ``table`` (from the day ``since`` on)."""
+        schema = schema_for(table)
+        base = self._path(table)
+        if not self._exists(base):
+            return schema.empty_table()
+        day = pa.field("date", pa.date32())
+        dataset = ds.dataset(base, filesystem=self._fs, format="parquet",
+                             schema=schema.append(day),
+                             partitioning=ds.partitioning(pa.schema([day]), flavor="hive"))
+        expr = ds.field("date") >= since if since is not None else None
+        return dataset.to_table(columns=schema.names, filter=expr)
+
     # ---- side files (digests, reports) ---------------------------------------------------
     def put_text(self, rel_path: str, text: str) -> str:
         """Write a text file under the store root (atomically); returns its URI."""

@@ -267,6 +267,12 @@ def vllm_style_sampling(sampling: SamplingSpec, *, max_tokens: int, force_length
     }
 
 
+def hub_cache_dir() -> Path:
+    """This machine's Hugging Face cache folder ($HF_HOME, else ~/.cache/huggingface): what
+    the containers mount for weights (a provisioned host maps it to its own folder)."""
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+
+
 def hf_model_in_container(
     variant: VariantSpec, settings: Settings
 ) -> tuple[str, dict[str, str]]:
@@ -277,8 +283,7 @@ def hf_model_in_container(
     host's Hugging Face cache mounted at ``/root/.cache/huggingface``.
     """
     local = settings.resolve(variant.model)
-    hf_cache = str(Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface")))
-    volumes = {hf_cache: "/root/.cache/huggingface"}
+    volumes = {str(hub_cache_dir()): "/root/.cache/huggingface"}
     if local.exists():
         inside = f"/models/{local.name}"
         volumes[str(local)] = inside

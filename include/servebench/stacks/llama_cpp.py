@@ -13,6 +13,7 @@ from pathlib import Path
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.base import (
+    ContainerLaunch,
     LaunchSpec,
     PrefixCacheCounters,
     StackAdapter,
@@ -24,6 +25,9 @@ GGUF_QUANTS = {
     "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m",
     "q4_k_s", "q4_0", "q4_1", "q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl",
 }
+# llama.cpp's CUDA server image; the tag floats with each build, so pin it per variant
+# (``image: ghcr.io/ggml-org/llama.cpp:server-cuda-b<build>@sha256:...``)
+DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"
 
 
 @register_stack
@@ -59,13 +63,10 @@ class LlamaCppStack(StackAdapter):
             )
         return problems
 
-    def local_launch(
-        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
-    ) -> LaunchSpec:
-        served = Path(variant.model).stem
-        argv = [
-            str(self._server_bin(settings)),
-            "--model", str(settings.resolve(variant.model)),
+    def _args(self, variant: VariantSpec, model: str, *, served: str, host: str,
+              port: int) -> list[str]:
+        return [
+            "--model", model,
             "--alias", served,
             "--host", host,
             "--port", str(port),
@@ -80,7 +81,36 @@ class LlamaCppStack(StackAdapter):
             *(["--threads", str(variant.threads)] if variant.threads else []),
             *variant.extra_args,
         ]
+
+    def local_launch(
+        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
+    ) -> LaunchSpec:
+        served = Path(variant.model).stem
+        argv = [str(self._server_bin(settings)),
+                *self._args(variant, str(settings.resolve(variant.model)), served=served,
+                            host=host, port=port)]
         return LaunchSpec(argv=argv, served_model=served)
+
+    def container_launch(
+        self, variant: VariantSpec, *, port: int, settings: Settings
+    ) -> ContainerLaunch:
+        """The project's server image (entrypoint ``/app/llama-server``), every layer on the
+        GPU; the GGUF's folder is mounted read-only at ``/models``."""
+        model = settings.resolve(variant.model)
+        served = model.stem
+        return ContainerLaunch(
+            image=variant.image or DEFAULT_IMAGE,
+            entrypoint=None,  # the image's own: llama-server
+            command=[*self._args(variant, f"/models/{model.name}", served=served,
+                                 host="0.0.0.0", port=port),
+                     "--n-gpu-layers", "999"],
+            served_model=served,
+            port=port,
+            ports={port: port},
+            gpus=1,
+            shm_size=None,
+            volumes={str(model.parent): "/models"},
+        )
 
     def chat_body(
         self,

@@ -42,8 +42,6 @@ What TGI cannot do:
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
@@ -52,6 +50,7 @@ from servebench.stacks.base import (
     LaunchSpec,
     StackAdapter,
     chat_request,
+    hub_cache_dir,
     register_stack,
 )
 from servebench.stacks.llama_cpp import GGUF_QUANTS
@@ -185,8 +184,7 @@ class TgiStack(StackAdapter):
     def container_launch(
         self, variant: VariantSpec, *, port: int, settings: Settings
     ) -> ContainerLaunch:
-        hf_home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-        volumes = {str(hf_home / "hub"): HUB_CACHE_IN_CONTAINER}
+        volumes = {str(hub_cache_dir() / "hub"): HUB_CACHE_IN_CONTAINER}
         local = settings.resolve(variant.model)
         model = variant.model
         if local.exists():

@@ -1,0 +1,549 @@
+"""The EC2 provisioner (``provision: {kind: ec2, instance_type: ..., ami: ...}``).
+
+One instance per target, launched by the setup task and terminated by the teardown task;
+each variant of the target runs on it in turn, as the stack's container
+(``StackAdapter.container_launch``) started through SSM Run Command, and is reached over the
+instance's address. Every path ends with the instance gone:
+
+- ``ClientToken`` is derived from (run_id, target, attempt): a retried setup task gets the
+  instance the first try launched, never a second one;
+- every instance is tagged ``project=servebench`` with its run_id, dag_id, target and
+  ``expires_at``; the teardown task terminates by those tags (it needs no state from a setup
+  task that crashed half-way), and the hourly ``instance_janitor`` DAG terminates whatever is
+  past ``expires_at`` or belongs to a DAG run that is no longer running (:func:`reap`);
+- credentials and endpoint come from the Airflow AWS connection through the Amazon
+  provider's hooks (``EC2Hook``, ``SsmHook``), never from hand-read connection fields.
+
+The container script never carries a secret: ``HF_TOKEN`` is read on the instance from an
+SSM SecureString parameter when the spec names one.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import shlex
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+from botocore.exceptions import BotoCoreError, ClientError, WaiterError
+
+from servebench.config import Ec2Provision
+from servebench.provision.base import (
+    Endpoint,
+    LaunchError,
+    Provisioner,
+    register_provisioner,
+    served_engine_version,
+)
+
+if TYPE_CHECKING:
+    from servebench.config import TargetSpec, VariantSpec
+    from servebench.settings import Settings
+    from servebench.stacks.base import ContainerLaunch, StackAdapter
+
+log = logging.getLogger(__name__)
+
+PROJECT_TAG, PROJECT = "project", "servebench"  # the tag every instance of ours carries
+CONTAINER = "servebench-server"
+LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+DIGEST_MARK = "servebench-image-digest:"  # the line the launch script prints
+SSM_POLL_S = 2.0
+
+
+class ReleaseError(RuntimeError):
+    """Instances could not be terminated (the janitor will retry them)."""
+
+
+def client_token(run_id: str, target: str, attempt: int = 0) -> str:
+    """EC2's idempotency token (<= 64 ASCII characters) for one target's instance of a run:
+    the same run, target and attempt always ask for the same instance."""
+    return hashlib.sha256(f"{run_id}|{target}|{attempt}".encode()).hexdigest()[:64]
+
+
+def _has_connection(conn_id: str) -> bool:
+    from airflow.sdk import BaseHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
+
+    try:
+        BaseHook.get_connection(conn_id)
+    except AirflowNotFoundException:
+        return False
+    return True
+
+
+def _clients(conn_id: str, region: str | None):
+    """(ec2, ssm) boto3 clients from the Airflow AWS connection (its credentials, region and
+    ``endpoint_url`` extra)."""
+    from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
+    from airflow.providers.amazon.aws.hooks.ssm import SsmHook
+
+    ec2 = EC2Hook(aws_conn_id=conn_id, region_name=region, api_type="client_type").conn
+    ssm = SsmHook(aws_conn_id=conn_id, region_name=region).conn
+    return ec2, ssm
+
+
+def _tags(instance: dict) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
+
+
+def _instances(ec2, filters: list[dict]) -> list[dict]:
+    found = []
+    for page in ec2.get_paginator("describe_instances").paginate(Filters=filters):
+        for reservation in page["Reservations"]:
+            found += reservation["Instances"]
+    return found
+
+
+def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str) -> list[str]:
+    """The shell lines SSM runs on the instance: the previous variant's container removed,
+    the image pulled (its digest printed for provenance), the new container started.
+    Volumes under the worker's hub cache (``hub_cache``) map to the instance's
+    ``model_cache``; any other host path is a path on the instance."""
+    q = shlex.quote
+    lines = ["set -eu",
+             f"docker rm -f {CONTAINER} >/dev/null 2>&1 || true",
+             f"mkdir -p {q(spec.model_cache)}"]
+    args = ["docker", "run", "-d", "--name", CONTAINER, "--restart", "no"]
+    if launch.gpus:
+        args += ["--gpus", str(launch.gpus)]
+    if launch.shm_size:
+        args += ["--shm-size", launch.shm_size]
+    for container_port, host_port in sorted(launch.ports.items()):
+        args += ["-p", f"{host_port}:{container_port}"]
+    for host, inside in sorted(launch.volumes.items()):
+        if host == hub_cache or host.startswith(hub_cache + "/"):
+            host = spec.model_cache + host[len(hub_cache):]
+        args += ["-v", f"{host}:{inside}"]
+    for i, (inside, text) in enumerate(sorted(launch.files.items())):
+        path = f"/opt/servebench/files/{i}-{inside.rsplit('/', 1)[-1]}"
+        lines += ["mkdir -p /opt/servebench/files",
+                  f"cat > {q(path)} <<'SERVEBENCH_EOF'", text.rstrip("\n"), "SERVEBENCH_EOF"]
+        args += ["-v", f"{path}:{inside}:ro"]
+    for key, value in sorted(launch.env.items()):
+        args += ["-e", f"{key}={value}"]
+    if spec.hf_token_parameter:
+        lines.append(
+            "HF_TOKEN=\"$(aws ssm get-parameter --with-decryption --name "
+            f"{q(spec.hf_token_parameter)} --query Parameter.Value --output text)\"")
+        lines.append("export HF_TOKEN")
+        args += ["-e", "HF_TOKEN"]  # passed by name: its value is in no command line
+    if launch.entrypoint:
+        args += ["--entrypoint", launch.entrypoint[0]]
+    args += [launch.image, *(launch.entrypoint or [])[1:], *launch.command]
+    digest = ("docker image inspect --format '{{index .RepoDigests 0}}' "
+              f"{q(launch.image)} 2>/dev/null || true")
+    lines += [f"docker pull {q(launch.image)}", f'echo {DIGEST_MARK} "$({digest})"',
+              shlex.join(args)]
+    return lines
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """An instance the janitor (or a teardown) terminated, and why."""
+
+    instance_id: str
+    instance_type: str
+    region: str
+    run_id: str
+    dag_id: str
+    target: str
+    launched_at: dt.datetime | None
+    reason: str
+
+
+@register_provisioner
+class Ec2Provisioner(Provisioner):
+    kind = "ec2"
+
+    def __init__(self, run_id: str, state: dict, settings: Settings):
+        self.run_id = run_id
+        self.state = state  # target name -> {"instance_id", "address", "conn_id", "region"}
+        self.settings = settings
+        self._digests: dict[str, str] = {}  # endpoint name -> repo@sha256 pulled
+        self._images: dict[str, str] = {}  # endpoint name -> image asked for
+        self._targets: dict[str, str] = {}  # endpoint name -> target name
+        self._client_cache: dict[tuple, tuple] = {}
+
+    # -- setup ------------------------------------------------------------------------------
+    @classmethod
+    def acquire(cls, run_id, targets, settings, *, dag_id: str = "") -> dict:
+        """One instance per target, launched (idempotently) and waited for until running
+        with status checks ok; {target: instance facts}. A failure part-way terminates what
+        this run launched before it is raised."""
+        try:
+            return cls._acquire(run_id, targets, dag_id)
+        except (LaunchError, ClientError, WaiterError):
+            places = {(_spec(t).aws_conn_id, _spec(t).region) for t in targets}
+            gone = _terminate_run(run_id, places)
+            log.exception("setup of run %s failed; terminated %s", run_id, gone)
+            raise
+
+    @classmethod
+    def _acquire(cls, run_id: str, targets: list[TargetSpec], dag_id: str) -> dict:
+        launched: dict[str, dict] = {}
+        for target in targets:
+            spec = _spec(target)
+            ec2, _ = _clients(spec.aws_conn_id, spec.region)
+            instance = _run_instance(ec2, spec, run_id=run_id, dag_id=dag_id,
+                                     target=target.name)
+            launched[target.name] = {"instance_id": instance["InstanceId"],
+                                     "conn_id": spec.aws_conn_id, "region": spec.region}
+            log.info("%s: instance %s (%s) for run %s", target.name,
+                     instance["InstanceId"], spec.instance_type, run_id)
+        for target in targets:
+            spec, facts = _spec(target), launched[target.name]
+            ec2, _ = _clients(facts["conn_id"], facts["region"])
+            iid = facts["instance_id"]
+            try:
+                ec2.get_waiter("instance_running").wait(InstanceIds=[iid])
+                ec2.get_waiter("instance_status_ok").wait(InstanceIds=[iid])
+            except WaiterError as exc:
+                raise LaunchError(f"instance {iid} of {target.name} did not come up: "
+                                  f"{exc}") from exc
+            (instance,) = _instances(ec2, [{"Name": "instance-id", "Values": [iid]}])
+            address = instance.get("PublicIpAddress" if spec.address == "public"
+                                   else "PrivateIpAddress")
+            if not address:
+                raise LaunchError(f"instance {iid} of {target.name} has no {spec.address} "
+                                  "address")
+            facts.update(address=address, instance_type=spec.instance_type,
+                         launched_at=instance["LaunchTime"].isoformat())
+        return launched
+
+    @classmethod
+    def attach(cls, run_id, state, settings) -> Ec2Provisioner:
+        return cls(run_id, state or {}, settings)
+
+    @classmethod
+    def check(cls, target: TargetSpec, variant: VariantSpec, adapter: StackAdapter,
+              settings: Settings) -> list[str]:
+        """The container must render (the adapter's own checks are for local processes:
+        binaries and files on the worker); an image not pinned by digest is allowed but
+        the plan warns of it."""
+        spec = _spec(target)
+        try:
+            launch = adapter.container_launch(variant, port=spec.port, settings=settings)
+        except NotImplementedError as exc:
+            return [f"{exc} (provision kind ec2 runs stacks in containers)"]
+        problems = []
+        problem = adapter.image_problem(launch.image)
+        if problem:
+            problems.append(f"field image: {problem}")
+        if not _has_connection(spec.aws_conn_id):
+            problems.append(f"field provision.aws_conn_id: no Airflow connection "
+                            f"{spec.aws_conn_id!r} (the AWS credentials and region)")
+        return problems
+
+    # -- per variant ------------------------------------------------------------------------
+    def launch(self, name, target, variant, adapter) -> Endpoint:
+        spec = _spec(target)
+        facts = self._facts(target.name)
+        launch = adapter.container_launch(variant, port=spec.port, settings=self.settings)
+        from servebench.stacks.base import (
+            hub_cache_dir,  # stacks import the provisioners
+        )
+
+        _, ssm = self._clients(facts)
+        script = render_script(launch, spec, hub_cache=str(hub_cache_dir()))
+        iid = facts["instance_id"]
+        self._targets[name], self._images[name] = target.name, launch.image
+        deadline = time.monotonic() + spec.health_timeout_s
+        try:
+            output = self._run(ssm, iid, script, f"servebench {name}", deadline)
+        except LaunchError as exc:
+            exc.argv = launch.argv
+            raise
+        for line in output.splitlines():
+            if line.startswith(DIGEST_MARK) and line[len(DIGEST_MARK):].strip():
+                self._digests[name] = line[len(DIGEST_MARK):].strip()
+        base_url = f"http://{facts['address']}:{spec.port}"
+        endpoint = Endpoint(base_url, launch.served_model, adapter.chat_path,
+                            launch.metrics_path, argv=launch.argv, name=name)
+        self._wait_healthy(endpoint, launch.health_path, deadline, ssm, iid)
+        return endpoint
+
+    def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
+        facts = self.state.get(self._targets.get(endpoint.name, ""), {})
+        image = self._digests.get(endpoint.name) or self._images.get(endpoint.name)
+        host = f"{facts['instance_id']} ({facts['address']})" if facts else None
+        return {"host": host, "image": image}
+
+    def _run(self, ssm, iid: str, lines: list[str], comment: str, deadline: float) -> str:
+        """Runs ``lines`` on the instance through SSM and waits for the result; its output.
+        An agent that is not online yet (a fresh instance) is retried until ``deadline``."""
+        while True:
+            try:
+                sent = ssm.send_command(InstanceIds=[iid], DocumentName="AWS-RunShellScript",
+                                        Parameters={"commands": lines},
+                                        Comment=comment[:100])
+                break
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code != "InvalidInstanceId" or time.monotonic() > deadline:
+                    raise LaunchError(f"SSM could not reach instance {iid}: {exc}") from exc
+                time.sleep(SSM_POLL_S)
+        command_id = sent["Command"]["CommandId"]
+        while True:
+            try:
+                result = ssm.get_command_invocation(CommandId=command_id, InstanceId=iid)
+            except ClientError as exc:  # InvocationDoesNotExist for a moment after sending
+                if time.monotonic() > deadline:
+                    raise LaunchError(f"SSM command {command_id} on {iid}: {exc}") from exc
+                time.sleep(SSM_POLL_S)
+                continue
+            status = result["Status"]
+            if status == "Success":
+                return result.get("StandardOutputContent", "")
+            if status not in ("Pending", "InProgress", "Delayed"):
+                raise LaunchError(
+                    f"starting the container on {iid} ended {status}: "
+                    f"{result.get('StandardErrorContent', '')[-2000:]}")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"starting the container on {iid} still {status} at the "
+                                  "health timeout")
+            time.sleep(SSM_POLL_S)
+
+    def _wait_healthy(self, endpoint: Endpoint, path: str, deadline: float, ssm,
+                      iid: str) -> None:
+        url = endpoint.base_url + path
+        last = "no answer"
+        with httpx.Client(timeout=10.0) as client:
+            while time.monotonic() < deadline:
+                gone = self._instance_gone(endpoint.name)
+                if gone:
+                    raise LaunchError(gone)
+                try:
+                    response = client.get(url)
+                except httpx.HTTPError as exc:
+                    last = f"{type(exc).__name__}: {exc}"
+                else:
+                    if response.status_code == 200:
+                        log.info("%s: %s healthy on %s", endpoint.name, url, iid)
+                        return
+                    last = f"HTTP {response.status_code}"
+                time.sleep(1.0)
+        logs = ""
+        try:
+            logs = self._run(ssm, iid, [f"docker logs --tail 40 {CONTAINER} 2>&1 || true"],
+                             "servebench logs", time.monotonic() + 60)
+        except LaunchError as exc:
+            logs = f"<no logs: {exc}>"
+        raise LaunchError(f"{url} not healthy by the health timeout (last: {last}); "
+                          f"container log tail:\n{logs}")
+
+    def _clients(self, facts: dict):
+        """(ec2, ssm) for a target's instance, made once per provisioner."""
+        key = (facts["conn_id"], facts["region"])
+        if key not in self._client_cache:
+            self._client_cache[key] = _clients(*key)
+        return self._client_cache[key]
+
+    def _facts(self, target: str) -> dict:
+        facts = self.state.get(target)
+        if not facts or "address" not in facts:
+            raise LaunchError(f"target {target!r} has no instance in this run (the setup "
+                              "task did not provision it)")
+        return facts
+
+    def _instance_gone(self, name: str) -> str | None:
+        facts = self.state.get(self._targets.get(name, ""))
+        if not facts:
+            return None
+        ec2, _ = self._clients(facts)
+        found = _instances(ec2, [{"Name": "instance-id", "Values": [facts["instance_id"]]}])
+        if not found:
+            return f"instance {facts['instance_id']} is gone"
+        state = found[0]["State"]["Name"]
+        if state in ("pending", "running"):
+            return None
+        reason = found[0].get("StateReason", {}).get("Message") or \
+            found[0].get("StateTransitionReason") or "no reason given"
+        return f"instance {facts['instance_id']} is {state} ({reason})"
+
+    def exited(self, endpoint: Endpoint) -> str | None:
+        """A spot interruption (or anyone's terminate) ends the instance under the cells."""
+        return self._instance_gone(endpoint.name)
+
+    def stop(self, endpoint: Endpoint) -> None:
+        """The container is removed so the next variant has the GPU; the instance stays for
+        it (the teardown task terminates it)."""
+        facts = self.state.get(self._targets.get(endpoint.name, ""))
+        if not facts or self._instance_gone(endpoint.name):
+            return
+        _, ssm = self._clients(facts)
+        try:
+            self._run(ssm, facts["instance_id"], [f"docker rm -f {CONTAINER} || true"],
+                      "servebench stop", time.monotonic() + 120)
+        except LaunchError:
+            log.exception("%s: removing the container failed (the instance is terminated "
+                          "at teardown all the same)", endpoint.name)
+
+    def hardware(self, target: TargetSpec) -> str:
+        spec = _spec(target)
+        return spec.hardware or f"aws {spec.instance_type}"
+
+    def engine_version(self, adapter: StackAdapter, endpoint: Endpoint | None = None) -> str:
+        """What the server says it runs; else the image it was started from."""
+        served = served_engine_version(adapter, endpoint) if endpoint else None
+        if served:
+            return served
+        if endpoint is not None and endpoint.name in self._images:
+            return "image " + self._digests.get(endpoint.name, self._images[endpoint.name])
+        return "unknown (ec2 container)"
+
+    # -- teardown ---------------------------------------------------------------------------
+    def release(self) -> list[str]:
+        """Terminates every instance tagged with this run (found by tag, so a setup task
+        that died between launching and returning its state leaks nothing)."""
+        places = {(f["conn_id"], f["region"]) for f in self.state.values()} or \
+            _known_places(self.settings)
+        try:
+            return _terminate_run(self.run_id, places)
+        except (ClientError, BotoCoreError) as exc:
+            raise ReleaseError(f"terminating run {self.run_id}'s instances failed: "
+                               f"{exc}") from exc
+
+
+
+def _spec(target: TargetSpec) -> Ec2Provision:
+    if not isinstance(target.provision, Ec2Provision):
+        raise TypeError(f"target {target.name!r} is not provisioned by ec2")
+    return target.provision
+
+
+def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str, target: str,
+                  attempt: int = 0) -> dict:
+    """The target's instance for this run and attempt: the one already launched (a retried
+    setup task), else a new one. The ``launch_token`` tag finds it; the same value as
+    ``ClientToken`` makes EC2 itself answer a repeated request with the first instance
+    (two tries racing past the lookup still get one instance)."""
+    token = client_token(run_id, target, attempt)
+    found = _instances(ec2, [{"Name": "tag:launch_token", "Values": [token]},
+                             {"Name": "instance-state-name", "Values": LIVE_STATES}])
+    if found:
+        log.info("%s: instance %s of this run already launched (a retried setup)", target,
+                 found[0]["InstanceId"])
+        return found[0]
+    expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=spec.ttl_hours)
+    tags = [{"Key": PROJECT_TAG, "Value": PROJECT}, {"Key": "run_id", "Value": run_id},
+            {"Key": "dag_id", "Value": dag_id or "-"}, {"Key": "target", "Value": target},
+            {"Key": "expires_at", "Value": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+            {"Key": "launch_token", "Value": token},
+            {"Key": "Name", "Value": f"servebench {target}"}]
+    kwargs: dict = {
+        "MinCount": 1, "MaxCount": 1, "InstanceType": spec.instance_type,
+        "ClientToken": token,
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tags},
+                              {"ResourceType": "volume", "Tags": tags}],
+        "MetadataOptions": {"HttpTokens": "required"},
+        # a shutdown from inside (or a failed boot) ends the bill, not just the OS
+        "InstanceInitiatedShutdownBehavior": "terminate",
+    }
+    if spec.ami:
+        kwargs["ImageId"] = spec.ami
+    else:
+        key = "LaunchTemplateId" if spec.launch_template.startswith("lt-") \
+            else "LaunchTemplateName"
+        kwargs["LaunchTemplate"] = {key: spec.launch_template}
+    if spec.subnet_id:
+        kwargs["SubnetId"] = spec.subnet_id
+    if spec.security_group_ids:
+        kwargs["SecurityGroupIds"] = spec.security_group_ids
+    if spec.instance_profile:
+        key = "Arn" if spec.instance_profile.startswith("arn:") else "Name"
+        kwargs["IamInstanceProfile"] = {key: spec.instance_profile}
+    if spec.market == "spot":
+        kwargs["InstanceMarketOptions"] = {
+            "MarketType": "spot",
+            "SpotOptions": {"SpotInstanceType": "one-time",
+                            "InstanceInterruptionBehavior": "terminate"}}
+    try:
+        (instance,) = ec2.run_instances(**kwargs)["Instances"]
+    except ClientError as exc:
+        raise LaunchError(f"run_instances for {target} ({spec.instance_type}) failed: "
+                          f"{exc}") from exc
+    return instance
+
+
+def _terminate(ec2, ids: list[str]) -> list[str]:
+    if not ids:
+        return []
+    ec2.terminate_instances(InstanceIds=ids)
+    try:
+        ec2.get_waiter("instance_terminated").wait(InstanceIds=ids)
+    except WaiterError:
+        log.exception("terminate of %s asked; not yet confirmed terminated", ids)
+    log.warning("terminated %s", ids)
+    return ids
+
+
+def _terminate_run(run_id: str, places: Iterable[tuple[str, str | None]]) -> list[str]:
+    gone: list[str] = []
+    for conn_id, region in sorted(places, key=str):
+        ec2, _ = _clients(conn_id, region)
+        found = _instances(ec2, [{"Name": f"tag:{PROJECT_TAG}", "Values": [PROJECT]},
+                                 {"Name": "tag:run_id", "Values": [run_id]},
+                                 {"Name": "instance-state-name", "Values": LIVE_STATES}])
+        gone += _terminate(ec2, [i["InstanceId"] for i in found])
+    return gone
+
+
+def _known_places(settings: Settings) -> set[tuple[str, str | None]]:
+    """(AWS connection, region) where a teardown without state and the janitor look for
+    instances: the settings' AWS connection (where defined) in its own region, and every
+    ec2 target's in the project's sweep specs."""
+    from servebench.config import SpecError, load_sweep
+
+    places: set[tuple[str, str | None]] = set()
+    if _has_connection(settings.aws_conn_id):  # a project without AWS has nothing to find
+        places.add((settings.aws_conn_id, None))
+    for path in sorted((settings.project_root / "include" / "sweeps").glob("*.yaml")):
+        try:
+            spec = load_sweep(path)
+        except SpecError:
+            log.warning("skipping %s: not a valid sweep", path)
+            continue
+        for target in spec.targets:
+            if isinstance(target.provision, Ec2Provision):
+                places.add((target.provision.aws_conn_id, target.provision.region))
+    return places
+
+
+def reap(settings: Settings, run_is_live: Callable[[str, str], bool],
+         places: Iterable[tuple[str, str | None]] | None = None,
+         now: dt.datetime | None = None) -> list[Reaped]:
+    """Terminates every project instance whose ``expires_at`` has passed or whose DAG run
+    (``run_is_live(dag_id, run_id)``) is no longer running; what it terminated, and why."""
+    now = now or dt.datetime.now(dt.UTC)
+    reaped: list[Reaped] = []
+    for conn_id, region in sorted(places if places is not None else _known_places(settings),
+                                  key=str):
+        ec2, _ = _clients(conn_id, region)
+        found = _instances(ec2, [{"Name": f"tag:{PROJECT_TAG}", "Values": [PROJECT]},
+                                 {"Name": "instance-state-name", "Values": LIVE_STATES}])
+        doomed: list[tuple[dict, str]] = []
+        for instance in found:
+            tags = _tags(instance)
+            expires = tags.get("expires_at")
+            try:
+                expired = expires is not None and dt.datetime.fromisoformat(expires) <= now
+            except ValueError:
+                expired = True  # a tag we cannot read: the instance is not ours to keep
+            if expired:
+                doomed.append((instance, f"expired at {expires}"))
+            elif not run_is_live(tags.get("dag_id", ""), tags.get("run_id", "")):
+                run = f"{tags.get('dag_id')}/{tags.get('run_id')}"
+                doomed.append((instance, f"its DAG run {run} is no longer running"))
+        _terminate(ec2, [i["InstanceId"] for i, _ in doomed])
+        for instance, reason in doomed:
+            tags = _tags(instance)
+            reaped.append(Reaped(instance["InstanceId"], instance.get("InstanceType", ""),
+                                 region or ec2.meta.region_name, tags.get("run_id", ""),
+                                 tags.get("dag_id", ""), tags.get("target", ""),
+                                 instance.get("LaunchTime"), reason))
+    return reaped

@@ -1,0 +1,122 @@
+"""The container runtime of a stand-in EC2 host (see ec2_hosts.py): the ``docker`` that the
+provisioner's SSM script calls, for a machine without a Docker engine.
+
+It understands the commands that script uses -- ``rm -f``, ``pull``, ``image inspect``,
+``run -d`` and ``logs --tail`` -- and runs a container as the image's entrypoint process on
+the host: the image maps to an executable (``DOCKER_SHIM_IMAGES``, JSON), ``-v`` mounts map
+container paths in the arguments back to host paths, ``-e`` sets the environment, and
+``-p`` must publish a port as itself (the process binds the host's port directly). State
+(pid, log) lives in ``DOCKER_SHIM_STATE``. Anything else it is asked is an error, so a
+script that changes shape fails the test instead of passing by accident.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+STATE = Path(os.environ["DOCKER_SHIM_STATE"])
+IMAGES: dict[str, str] = json.loads(os.environ["DOCKER_SHIM_IMAGES"])
+VALUE_OPTS = {"--name", "--restart", "--gpus", "--shm-size", "-p", "-v", "-e", "--entrypoint"}
+
+
+def _image_exe(image: str) -> str:
+    base = image.split("@", 1)[0]
+    if base not in IMAGES:
+        sys.exit(f"docker shim: no such image {image!r} (known: {sorted(IMAGES)})")
+    return IMAGES[base]
+
+
+def rm(args: list[str]) -> int:
+    names = [a for a in args if not a.startswith("-")]
+    for name in names:
+        pid_file = STATE / f"{name}.pid"
+        if not pid_file.exists():
+            print(f"Error: No such container: {name}", file=sys.stderr)
+            return 1
+        pid = int(pid_file.read_text())
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        pid_file.unlink()
+        print(name)
+    return 0
+
+
+def run(args: list[str]) -> int:
+    opts: dict[str, list[str]] = {}
+    i = 0
+    while i < len(args) and args[i].startswith("-"):
+        if args[i] == "-d":
+            i += 1
+            continue
+        if args[i] not in VALUE_OPTS:
+            sys.exit(f"docker shim: option {args[i]!r} not understood")
+        opts.setdefault(args[i], []).append(args[i + 1])
+        i += 2
+    image, command = args[i], args[i + 1:]
+    exe = opts["--entrypoint"][0] if "--entrypoint" in opts else _image_exe(image)
+    mounts = [v.split(":")[:2] for v in opts.get("-v", [])]
+    for spec in opts.get("-p", []):
+        host, inside = spec.split(":")
+        if host != inside:
+            sys.exit(f"docker shim: -p {spec}: only a port published as itself")
+
+    def outside(arg: str) -> str:
+        for host, inside in sorted(mounts, key=lambda m: -len(m[1])):
+            if arg == inside or arg.startswith(inside + "/"):
+                return host + arg[len(inside):]
+        return arg
+
+    env = dict(os.environ)
+    for item in opts.get("-e", []):
+        key, _, value = item.partition("=")
+        if value or "=" in item:
+            env[key] = value
+    name = opts["--name"][0]
+    STATE.mkdir(parents=True, exist_ok=True)
+    log = (STATE / f"{name}.log").open("ab")
+    proc = subprocess.Popen([exe, *(outside(a) for a in command)], stdout=log,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            start_new_session=True)
+    (STATE / f"{name}.pid").write_text(str(proc.pid))
+    print(f"{proc.pid:064x}")
+    return 0
+
+
+def logs(args: list[str]) -> int:
+    name, tail = args[-1], int(args[args.index("--tail") + 1]) if "--tail" in args else 100
+    path = STATE / f"{name}.log"
+    if not path.exists():
+        print(f"Error: No such container: {name}", file=sys.stderr)
+        return 1
+    print("\n".join(path.read_text(errors="replace").splitlines()[-tail:]))
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["rm"]:
+        return rm(argv[1:])
+    if argv[:1] == ["run"]:
+        return run(argv[1:])
+    if argv[:1] == ["pull"]:
+        _image_exe(argv[1])
+        print(f"{argv[1]}: pulled (shim)")
+        return 0
+    if argv[:2] == ["image", "inspect"]:
+        image = argv[-1]
+        _image_exe(image)
+        print(image if "@" in image else "")
+        return 0
+    if argv[:1] == ["logs"]:
+        return logs(argv[1:])
+    sys.exit(f"docker shim: command {argv[:2]} not understood")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

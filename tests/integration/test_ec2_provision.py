@@ -1,0 +1,295 @@
+"""``provision: {kind: ec2}`` against a real AWS API on loopback: moto in server mode answers
+EC2 and SSM through the Airflow AWS connection, and every instance it launches becomes a test
+host of its own (a network namespace with the instance's address, see ec2_hosts.py) where the
+SSM commands run and the real llama-server serves, as its container would. Everything else --
+launch, tags, waiters, the container command, health over the instance's address, teardown,
+the janitor -- is the product's EC2 path.
+
+Needs root for `ip netns` (CI and the dev machines run as root); skipped, saying why, without.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+import yaml
+from ec2_hosts import StandInHosts, namespaces_available
+from servebench.provision.local import free_port
+from servebench.settings import PROJECT_ROOT, get_settings
+
+pytestmark = pytest.mark.integration
+
+REGION = "us-east-1"
+IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"
+_why = namespaces_available()
+if _why:
+    pytestmark = [pytestmark, pytest.mark.skip(reason=f"no network namespaces: {_why}")]
+
+
+@pytest.fixture(scope="module")
+def aws(tmp_path_factory):
+    """moto on loopback behind the ``aws_default`` connection, the stand-in hosts, a subnet
+    whose addresses they carry and an AMI: (ec2 client, hosts, subnet, ami, env)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    tmp = tmp_path_factory.mktemp("ec2")
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing-secret",
+        "AWS_DEFAULT_REGION": REGION,
+        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps({
+            "conn_type": "aws", "login": "testing", "password": "testing-secret",
+            "extra": {"region_name": REGION, "endpoint_url": endpoint}}),
+        "SERVEBENCH_RESULTS_URI": str(tmp / "data"),
+        "SERVEBENCH_WORK_DIR": str(tmp / "runs"),
+    }
+    mp = pytest.MonkeyPatch()
+    for key, value in env.items():
+        mp.setenv(key, value)
+    for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL"):
+        mp.delenv(key, raising=False)
+    ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name=REGION)
+    server_bin = str(get_settings().llama_bin / "llama-server")
+    hosts = StandInHosts(endpoint, REGION, tmp / "hosts", images={IMAGE: server_bin})
+    try:
+        with hosts:
+            subnet = hosts.network()
+            ami = ec2.describe_images()["Images"][0]["ImageId"]
+            yield ec2, hosts, subnet, ami, env, tmp
+    finally:
+        mp.undo()
+        import urllib.request
+
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset",
+                                                      method="POST"), timeout=10).close()
+        server.stop()
+
+
+def _sweep(aws, local_sweep, name: str, variants=("f16", "q8_0"), num_requests: int = 8,
+           **provision) -> str:
+    _, _, subnet, ami, _, tmp = aws
+    local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    llama = next(t for t in local["targets"] if t["stack"] == "llama_cpp")
+    data = local_sweep([{
+        "name": "adder-gpu", "stack": "llama_cpp", "baseline": variants[0],
+        "golden_sets": ["addition"],
+        "provision": {"kind": "ec2", "instance_type": "g6.xlarge", "ami": ami,
+                      "subnet_id": subnet, "port": 8080, "price_per_hour": 0.805,
+                      "health_timeout_s": 60, **provision},
+        "variants": [v for v in llama["variants"] if v["name"] in variants],
+    }], input_tokens=32, output_tokens=8, num_requests=num_requests, concurrency=2, name=name)
+    path = tmp / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+def _instances(ec2, **tags) -> list[dict]:
+    filters = [{"Name": "tag:project", "Values": ["servebench"]}] + [
+        {"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=filters)
+    return [i for p in pages for r in p["Reservations"] for i in r["Instances"]]
+
+
+def _live(ec2, **tags) -> list[str]:
+    return [i["InstanceId"] for i in _instances(ec2, **tags)
+            if i["State"]["Name"] in ("pending", "running")]
+
+
+def _nightly():
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags
+
+
+@pytest.fixture(scope="module")
+def nightly_on_ec2(aws, local_sweep):
+    """The nightly DAG, whole, on one ec2 instance with two variants."""
+    ec2 = aws[0]
+    dag = _nightly()["nightly_benchmark"]
+    dag_run = dag.test(run_conf={"sweep": _sweep(aws, local_sweep, "ec2-nightly")})
+    return dag_run, _instances(ec2, run_id=dag_run.run_id)
+
+
+def test_the_nightly_dag_runs_on_an_instance_and_terminates_it(aws, nightly_on_ec2):
+    from servebench.results.store import ResultStore
+
+    env = aws[4]
+    dag_run, instances = nightly_on_ec2
+    assert dag_run.state == "success"
+    # one instance for the target's two variants, tagged for the janitor, gone at teardown
+    [instance] = instances
+    tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
+    assert tags["dag_id"] == "nightly_benchmark" and tags["target"] == "adder-gpu"
+    assert tags["expires_at"].endswith("Z") and tags["launch_token"]
+    assert instance["State"]["Name"] == "terminated"
+    cells = ResultStore(env["SERVEBENCH_RESULTS_URI"]).read_table("cells").to_pandas()
+    assert list(cells["status"]) == ["ok", "ok"], cells["reason"].tolist()
+    assert set(cells["hardware"]) == {"aws g6.xlarge"}
+    assert set(cells["price_per_hour"]) == {0.805}  # the instance type's, not the sweep's
+    assert cells["accuracy"].notna().all()
+    # the container's command line, as run on the instance (the GGUF at its mount point)
+    args = [json.loads(a) for a in cells["launch_args"]]
+    assert all("/models/adder-3m-" in " ".join(a) and "--n-gpu-layers" in a for a in args)
+    # what the served llama.cpp says it is, not the worker's binary
+    assert all(v.startswith("b") for v in cells["engine_version"]), cells["engine_version"]
+
+
+def test_variants_relaunch_the_container_in_place_reached_over_the_instance_address(
+        aws, nightly_on_ec2):
+    _, hosts, *_ = aws
+    dag_run, [instance] = nightly_on_ec2
+    host_dir = hosts.workdir / instance["InstanceId"]
+    runs = [line for line in (host_dir / "servebench-server.log").read_text().splitlines()
+            if "llama_server: listening on" in line]
+    # two containers started one after the other on the instance, each at 0.0.0.0:8080
+    assert len(runs) == 2 and all("0.0.0.0:8080" in line for line in runs), runs
+    assert not (host_dir / "servebench-server.pid").exists()  # removed after the last one
+    # the cells say where they ran: that instance, measured over its own address (the
+    # server listened only inside the instance's namespace)
+    from servebench.results.store import ResultStore
+
+    cells = ResultStore(os.environ["SERVEBENCH_RESULTS_URI"]).read_table(
+        "cells", run_ids=[dag_run.run_id]).to_pandas()
+    address = instance["PrivateIpAddress"]
+    assert address.startswith("10.213.0.")
+    assert set(cells["host"]) == {f"{instance['InstanceId']} ({address})"}
+    assert set(cells["image"]) == {IMAGE}  # a tag: the shim, like a registry, has no digest
+
+
+def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import Ec2Provisioner
+
+    ec2, *_ = aws
+    spec = load_sweep(_sweep(aws, local_sweep, "retry", variants=("f16",)))
+    first = Ec2Provisioner.acquire("retry-run", spec.targets, get_settings(), dag_id="d")
+    again = Ec2Provisioner.acquire("retry-run", spec.targets, get_settings(), dag_id="d")
+    assert first["adder-gpu"]["instance_id"] == again["adder-gpu"]["instance_id"]
+    assert len(_instances(ec2, run_id="retry-run")) == 1
+    released = Ec2Provisioner.attach("retry-run", None, get_settings()).release()
+    assert released == [first["adder-gpu"]["instance_id"]]
+    assert _live(ec2, run_id="retry-run") == []
+
+
+def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch):
+    from servebench.results.store import ResultStore
+    from servebench.runner import VariantRunner
+
+    ec2, _, _, _, env, _ = aws
+
+    def broken(self, endpoint):
+        raise RuntimeError("injected: the bench task dies while measuring")
+
+    monkeypatch.setattr(VariantRunner, "_run_on", broken)
+    dag = _nightly()["nightly_benchmark"]
+    dag.task_dict["bench"].retries = 0  # one failure is the case; a retry would only wait
+    dag_run = dag.test(run_conf={"sweep": _sweep(aws, local_sweep, "bench-fails",
+                                                 variants=("f16",))})
+    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    assert states["bench"] == "failed" and states["release"] == "success", states
+    [instance] = _instances(ec2, run_id=dag_run.run_id)
+    assert instance["State"]["Name"] == "terminated"
+    # the unit's cells are failed rows with a reason, not missing ones
+    cells = ResultStore(env["SERVEBENCH_RESULTS_URI"]).read_table(
+        "cells", run_ids=[dag_run.run_id]).to_pandas()
+    assert list(cells["status"]) == ["failed"]
+
+
+KILLABLE = textwrap.dedent("""
+    import sys, time
+    from servebench import pipeline
+    from servebench.provision import ec2
+    stage, sweep, run_id = sys.argv[1:4]
+    plan = pipeline.plan_run(sweep)
+    hosts = pipeline.provision(plan, run_id, dag_id="nightly_benchmark")
+    print("provisioned", flush=True)
+    if stage == "after-launch":
+        time.sleep(600)
+    elif stage == "measuring":
+        pipeline.bench_unit(plan, plan["units"][0], hosts, run_id)
+    elif stage == "teardown":
+        ec2._terminate_run = lambda *a: time.sleep(600)  # hangs in the terminate call
+        print("tearing down", flush=True)
+        pipeline.teardown(hosts, run_id, plan=plan)
+""")
+
+
+def _kill_when(proc: subprocess.Popen, ready, seen: list[str],
+               timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert proc.poll() is None, "".join(seen)[-3000:]
+        assert time.monotonic() < deadline, "the stage to kill at never came"
+        time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_runs_killed_at_each_stage_leave_nothing_after_the_janitor(aws, local_sweep):
+    from servebench.janitor import recently_reaped
+    from servebench.notify.digest import reaped_lines
+    from servebench.pipeline import open_store
+
+    ec2, hosts, *_ = aws
+    sweep = _sweep(aws, local_sweep, "killed", variants=("f16",), num_requests=2000)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    readiness = {
+        "after-launch": lambda out: "provisioned" in out(),
+        "measuring": lambda out: _serving(hosts),
+        "teardown": lambda out: "tearing down" in out(),
+    }
+    for stage, ready in readiness.items():
+        run_id = f"killed-{stage}"
+        with subprocess.Popen([sys.executable, "-c", KILLABLE, stage, sweep, run_id],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, cwd=PROJECT_ROOT) as proc:
+            seen: list[str] = []
+            threading.Thread(target=seen.extend, args=(proc.stdout,), daemon=True).start()
+            _kill_when(proc, lambda ready=ready, seen=seen: ready(lambda: "".join(seen)), seen)
+        assert len(_live(ec2, run_id=run_id)) == 1, stage  # the kill left it running
+    # a CLI run's instance: no Airflow run to ask about, so only its expiry ends it
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import Ec2Provisioner
+
+    for run_id, ttl in (("cli-expired", 0.0001), ("cli-current", 8.0)):
+        spec = load_sweep(_sweep(aws, local_sweep, run_id, variants=("f16",), ttl_hours=ttl))
+        Ec2Provisioner.acquire(run_id, spec.targets, get_settings(), dag_id="servebench-cli")
+    time.sleep(1.0)
+
+    janitor = _nightly()["instance_janitor"]
+    assert janitor.test().state == "success"
+    for stage in readiness:
+        assert _live(ec2, run_id=f"killed-{stage}") == [], stage
+    assert _live(ec2, run_id="cli-expired") == []
+    assert len(_live(ec2, run_id="cli-current")) == 1  # still within its time
+    reaped = {r["run_id"]: r for r in recently_reaped(open_store(get_settings()))}
+    assert set(reaped) == {"killed-after-launch", "killed-measuring", "killed-teardown",
+                           "cli-expired"}
+    assert "no longer running" in reaped["killed-measuring"]["reason"]
+    assert "expired at" in reaped["cli-expired"]["reason"]
+    lines = "\n".join(reaped_lines(list(reaped.values())))
+    assert reaped["killed-measuring"]["instance_id"] in lines and "g6.xlarge" in lines
+    # nothing still runs on the killed runs' hosts either
+    assert not any(hosts.running_servers().get(r["instance_id"]) for r in reaped.values())
+    Ec2Provisioner.attach("cli-current", None, get_settings()).release()
+
+
+def _serving(hosts: StandInHosts) -> bool:
+    """A container on some stand-in host is serving requests (a slot took one)."""
+    for host in list(hosts.hosts.values()):
+        log = host.state_dir / "servebench-server.log"
+        if log.exists() and "launch_slot_" in log.read_text(errors="replace"):
+            return True
+    return False

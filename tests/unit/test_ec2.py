@@ -1,0 +1,110 @@
+"""The ec2 provisioner's pure parts: the spec, the idempotency token, the script SSM runs on
+the instance, plan-time checks. (The AWS path itself runs against moto and stand-in hosts in
+tests/integration/test_ec2_provision.py.)"""
+
+import pytest
+import yaml
+from servebench.config import SpecError, load_sweep
+from servebench.provision.ec2 import (
+    DIGEST_MARK,
+    Ec2Provisioner,
+    client_token,
+    render_script,
+)
+from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.stacks.base import get_stack
+
+EC2 = {"kind": "ec2", "instance_type": "g6e.xlarge", "ami": "ami-0123456789abcdef0"}
+
+
+def _sweep(tmp_path, provision: dict, stack: str = "vllm", **variant):
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["cross_stack"] = []
+    data["targets"] = [{"name": "gpu", "stack": stack, "golden_sets": [],
+                        "provision": provision,
+                        "variants": [{"name": "bf16", "model": "meta-llama/Llama-3.1-8B-Instruct",
+                                      **variant}]}]
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.mark.parametrize(("provision", "message"), [
+    ({"kind": "ec2", "instance_type": "g6e.xlarge"}, "exactly one of ami and launch_template"),
+    ({**EC2, "launch_template": "lt-0abc"}, "exactly one of ami and launch_template"),
+    ({**EC2, "ami": "my-image"}, "field targets[0](name=gpu).provision.ami"),
+    ({**EC2, "market": "reserved"}, "field targets[0](name=gpu).provision.market"),
+    ({**EC2, "subnet_id": "10.0.0.0/24"}, "field targets[0](name=gpu).provision.subnet_id"),
+])
+def test_a_bad_ec2_spec_names_the_file_and_field(tmp_path, provision, message):
+    path = _sweep(tmp_path, provision)
+    with pytest.raises(SpecError) as err:
+        load_sweep(path)
+    assert str(path) in str(err.value) and message in str(err.value)
+
+
+def test_the_instance_type_price_wins_over_the_sweep_price(tmp_path):
+    spec = load_sweep(_sweep(tmp_path, {**EC2, "price_per_hour": 1.861}))
+    assert spec.targets[0].price_per_hour(spec.price_per_hour) == 1.861
+    spec = load_sweep(_sweep(tmp_path, EC2))
+    assert spec.targets[0].price_per_hour(spec.price_per_hour) == spec.price_per_hour
+
+
+def test_the_client_token_is_stable_per_run_target_and_attempt():
+    token = client_token("scheduled__2026-12-01T02:00:00+00:00", "llama8b-vllm")
+    assert token == client_token("scheduled__2026-12-01T02:00:00+00:00", "llama8b-vllm")
+    assert len(token) <= 64 and token.isascii()
+    assert token != client_token("scheduled__2026-12-01T02:00:00+00:00", "llama8b-vllm", 1)
+    assert token != client_token("scheduled__2026-12-02T02:00:00+00:00", "llama8b-vllm")
+
+
+def test_the_script_relaunches_in_place_and_never_carries_the_token(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", "/home/worker/.cache/huggingface")
+    monkeypatch.setenv("HF_TOKEN", "hf_secret_never_in_scripts")
+    spec = load_sweep(_sweep(tmp_path, {**EC2, "hf_token_parameter": "/servebench/hf",
+                                        "model_cache": "/mnt/nvme/hub"},
+                             tensor_parallel_size=2))
+    variant = spec.targets[0].variants[0]
+    launch = get_stack("vllm").container_launch(variant, port=8000, settings=get_settings())
+    lines = render_script(launch, spec.targets[0].provision,
+                          hub_cache="/home/worker/.cache/huggingface")
+    script = "\n".join(lines)
+    assert lines[1].startswith("docker rm -f servebench-server")  # the last variant goes
+    run = lines[-1]
+    assert run.startswith("docker run -d --name servebench-server")
+    assert "--gpus 2" in run and "-p 8000:8000" in run
+    # the worker's hub cache is the instance's model cache
+    assert "-v /mnt/nvme/hub:/root/.cache/huggingface" in run
+    assert "/home/worker" not in script
+    # vllm's two-word entrypoint: the first is the entrypoint, the rest leads the command
+    assert "--entrypoint vllm vllm/vllm-openai:v0.19.1 serve " in run
+    # the token is read on the instance, passed by name only
+    assert "hf_secret" not in script and "-e HF_TOKEN " in run
+    assert "get-parameter --with-decryption --name /servebench/hf" in script
+    assert any(line.startswith(f"echo {DIGEST_MARK}") for line in lines)
+
+
+def test_files_are_written_on_the_instance_and_mounted_read_only(tmp_path):
+    spec = load_sweep(_sweep(tmp_path, EC2, stack="trtllm"))
+    variant = spec.targets[0].variants[0]
+    launch = get_stack("trtllm").container_launch(variant, port=8000, settings=get_settings())
+    assert launch.files, "trtllm writes its options file"
+    lines = render_script(launch, spec.targets[0].provision, hub_cache="/nowhere")
+    heredoc = lines.index("SERVEBENCH_EOF")
+    assert lines[heredoc - 2].startswith("cat > /opt/servebench/files/0-")
+    assert ":ro" in lines[-1]
+
+
+def test_a_stack_without_a_container_or_a_missing_connection_is_a_plan_problem(tmp_path):
+    spec = load_sweep(_sweep(tmp_path, {**EC2, "aws_conn_id": "no_such_aws"},
+                             stack="transformers"))
+    target = spec.targets[0]
+    problems = Ec2Provisioner.check(target, target.variants[0], get_stack("transformers"),
+                                    get_settings())
+    assert any("has no container launch" in p for p in problems), problems
+    spec = load_sweep(_sweep(tmp_path, {**EC2, "aws_conn_id": "no_such_aws"}))
+    target = spec.targets[0]
+    problems = Ec2Provisioner.check(target, target.variants[0], get_stack("vllm"),
+                                    get_settings())
+    assert problems == [("field provision.aws_conn_id: no Airflow connection 'no_such_aws' "
+                         "(the AWS credentials and region)")]
