@@ -37,7 +37,9 @@ def nightly_benchmark():
     def units(plan: dict) -> list[dict]:
         return plan["units"]  # one mapped bench task per (target, variant)
 
+    # every task that holds an instance has a time limit: a hung call must not keep a GPU
     @setup
+    @task(execution_timeout=timedelta(hours=1, minutes=15))  # launch, or wait for a quota
     def provision(plan: dict, run_id=None, dag_run=None) -> dict:
         from servebench.pipeline import provision as provision_hosts
 
@@ -52,6 +54,7 @@ def nightly_benchmark():
         return bench_unit(plan, unit, provisioned, run_id)
 
     @teardown
+    @task(execution_timeout=timedelta(minutes=30))
     def release(provisioned: dict | None, plan: dict | None, run_id=None) -> list:
         from servebench.pipeline import teardown as teardown_hosts
 

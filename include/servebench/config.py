@@ -309,6 +309,10 @@ class Ec2Provision(_Strict):
         None, description="SSM parameter (SecureString) the instance reads HF_TOKEN from; "
         "the token never travels in the command")
     health_timeout_s: float = Field(1800.0, gt=0, description="image pull + weight load")
+    max_instances: int | None = Field(
+        None, ge=1, description="project instances of this type that may run at once (your "
+        "GPU quota): a run waits for one to end, up to acquire_timeout_s")
+    acquire_timeout_s: float = Field(3600.0, gt=0)
 
     @model_validator(mode="after")
     def _one_image(self) -> Ec2Provision:

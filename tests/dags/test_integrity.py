@@ -41,10 +41,20 @@ def test_nightly_shape(bag):
     assert {"bench"} <= tasks["publish"].upstream_task_ids
     assert "publish" in tasks["detect"].upstream_task_ids
     assert "detect" in tasks["digest"].upstream_task_ids  # the digest leads with what changed
+    # every task that holds an instance is time-limited: a hung call must not keep a GPU
+    for held in ("provision", "bench", "release"):
+        assert tasks[held].execution_timeout is not None, held
 
 
-def test_dag_file_has_no_heavy_top_level_imports():
-    text = (DAGS / "nightly_benchmark.py").read_text()
+def test_janitor_shape(bag):
+    dag = bag.dags["instance_janitor"]
+    assert dag.schedule == "17 * * * *" and dag.max_active_runs == 1
+    assert dag.task_dict["reap"].execution_timeout is not None
+
+
+@pytest.mark.parametrize("dag_file", sorted(p.name for p in DAGS.glob("*.py")))
+def test_dag_file_has_no_heavy_top_level_imports(dag_file):
+    text = (DAGS / dag_file).read_text()
     top = text.split("@dag(")[0]
     for heavy in ("servebench", "pandas", "pyarrow", "httpx", "boto3"):
         assert f"import {heavy}" not in top and f"from {heavy}" not in top

@@ -207,6 +207,50 @@ def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch
     assert list(cells["status"]) == ["failed"]
 
 
+def test_a_spot_interruption_fails_the_variant_with_the_instance_reason(aws, local_sweep):
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.runner import VariantRunner
+
+    ec2 = aws[0]
+    spec = load_sweep(_sweep(aws, local_sweep, "spot", variants=("f16",), market="spot"))
+    target = spec.targets[0]
+    state = Ec2Provisioner.acquire("spot-run", spec.targets, get_settings(), dag_id="d")
+    iid = state["adder-gpu"]["instance_id"]
+
+    def interrupt(cell: dict) -> None:  # AWS takes the instance back after the first cell
+        ec2.terminate_instances(InstanceIds=[iid])
+
+    provisioner = Ec2Provisioner.attach("spot-run", state, get_settings())
+    result = VariantRunner(spec, target, target.variants[0], run_id="spot-run",
+                           settings=get_settings(), provisioner=provisioner,
+                           on_cell=interrupt).run()
+    [cell] = result.cells
+    assert cell["status"] == "invalid"  # measured, but no quality number from a dead host
+    assert f"instance {iid} is " in cell["reason"], cell["reason"]
+    assert result.evals == []
+    assert Ec2Provisioner.attach("spot-run", state, get_settings()).release() == []
+
+
+def test_a_full_instance_quota_waits_then_fails_before_launching(aws, local_sweep):
+    from servebench.config import load_sweep
+    from servebench.provision.base import LaunchError
+    from servebench.provision.ec2 import Ec2Provisioner
+
+    ec2 = aws[0]
+    holder = load_sweep(_sweep(aws, local_sweep, "holder", variants=("f16",)))
+    Ec2Provisioner.acquire("quota-holder", holder.targets, get_settings(), dag_id="d")
+    spec = load_sweep(_sweep(aws, local_sweep, "quota", variants=("f16",), max_instances=1,
+                             acquire_timeout_s=0.5))
+    with pytest.raises(LaunchError, match=r"no g6.xlarge free within max_instances=1"):
+        Ec2Provisioner.acquire("quota-run", spec.targets, get_settings(), dag_id="d")
+    assert _instances(ec2, run_id="quota-run") == []  # nothing launched over the quota
+    Ec2Provisioner.attach("quota-holder", None, get_settings()).release()
+    state = Ec2Provisioner.acquire("quota-run", spec.targets, get_settings(), dag_id="d")
+    assert Ec2Provisioner.attach("quota-run", state, get_settings()).release() == [
+        state["adder-gpu"]["instance_id"]]
+
+
 KILLABLE = textwrap.dedent("""
     import sys, time
     from servebench import pipeline

@@ -53,6 +53,7 @@ CONTAINER = "servebench-server"
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 DIGEST_MARK = "servebench-image-digest:"  # the line the launch script prints
 SSM_POLL_S = 2.0
+QUOTA_POLL_S = 15.0
 
 
 class ReleaseError(RuntimeError):
@@ -429,6 +430,7 @@ def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str, target: 
         log.info("%s: instance %s of this run already launched (a retried setup)", target,
                  found[0]["InstanceId"])
         return found[0]
+    _wait_for_quota(ec2, spec, run_id)
     expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=spec.ttl_hours)
     tags = [{"Key": PROJECT_TAG, "Value": PROJECT}, {"Key": "run_id", "Value": run_id},
             {"Key": "dag_id", "Value": dag_id or "-"}, {"Key": "target", "Value": target},
@@ -468,6 +470,30 @@ def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str, target: 
         raise LaunchError(f"run_instances for {target} ({spec.instance_type}) failed: "
                           f"{exc}") from exc
     return instance
+
+
+def _wait_for_quota(ec2, spec: Ec2Provision, run_id: str) -> None:
+    """With ``max_instances``: wait until fewer project instances of this type than that run
+    (other runs', concurrent DAG runs' or CLI runs'), or fail at ``acquire_timeout_s``. EC2
+    itself is the count: Airflow pools hold a slot only while a task runs, not from setup to
+    teardown."""
+    if spec.max_instances is None:
+        return
+    deadline = time.monotonic() + spec.acquire_timeout_s
+    while True:
+        others = [i["InstanceId"] for i in _instances(ec2, [
+            {"Name": f"tag:{PROJECT_TAG}", "Values": [PROJECT]},
+            {"Name": "instance-type", "Values": [spec.instance_type]},
+            {"Name": "instance-state-name", "Values": LIVE_STATES}])
+            if _tags(i).get("run_id") != run_id]
+        if len(others) < spec.max_instances:
+            return
+        if time.monotonic() >= deadline:
+            raise LaunchError(
+                f"no {spec.instance_type} free within max_instances={spec.max_instances} "
+                f"after {spec.acquire_timeout_s:g}s: held by {others}")
+        log.info("%s quota full (%s); waiting", spec.instance_type, others)
+        time.sleep(min(QUOTA_POLL_S, max(0.0, deadline - time.monotonic())))
 
 
 def _terminate(ec2, ids: list[str]) -> list[str]:
