@@ -55,19 +55,21 @@ def nightly_benchmark():
 
     @teardown
     @task(execution_timeout=timedelta(minutes=30))
-    def release(provisioned: dict | None, plan: dict | None, run_id=None) -> list:
+    def release(provisioned: dict | None, plan: dict | None, run_id=None) -> dict:
         from servebench.pipeline import teardown as teardown_hosts
 
-        return teardown_hosts(provisioned, run_id, plan=plan)
+        return {"released": teardown_hosts(provisioned, run_id, plan=plan),
+                "acquire_s": (provisioned or {}).get("acquire_s")}  # for the runs row
 
     # all_done: a unit that crashed becomes failed cells with a reason, never a missing row
     @task(trigger_rule="all_done")
-    def publish(plan: dict, run_id=None, dag_run=None) -> dict:
+    def publish(plan: dict, released: dict | None, run_id=None, dag_run=None) -> dict:
         from servebench.pipeline import aggregate_and_publish
 
         logical = get_current_context().get("logical_date") or dag_run.run_after
         return aggregate_and_publish(plan, run_id, logical, dag_run.dag_id,
-                                     started_at=dag_run.start_date)
+                                     started_at=dag_run.start_date,
+                                     acquire_s=(released or {}).get("acquire_s"))
 
     @task
     def detect(summary: dict) -> dict:
@@ -84,8 +86,10 @@ def nightly_benchmark():
     planned = plan()
     hosts = provision(planned)  # nothing is provisioned for a sweep that fails to plan
     benched = bench.partial(plan=planned, provisioned=hosts).expand(unit=units(planned))
-    benched >> release(hosts, planned)  # the argument links the teardown to its setup
-    published = publish(planned)
+    released = release(hosts, planned)  # the argument links the teardown to its setup
+    benched >> released
+    # after the teardown: the instances' billed time is final, and the cells are priced by it
+    published = publish(planned, released)
     benched >> published
     digest(detect(published))  # the digest leads with what tonight changed
 

@@ -246,7 +246,8 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
         if released:
             print(f"released what the run left: {released}", file=sys.stderr)
     summary = pipeline.aggregate_and_publish(plan, run_id, now, pipeline.CLI_DAG_ID,
-                                             started_at=now)
+                                             started_at=now,
+                                             acquire_s=(provisioned or {}).get("acquire_s"))
     summary = pipeline.detect_regressions(summary)
     print(f"digest: {pipeline.send_digest(summary)}")
     return _summary(run_id, require_ok=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,6 +19,7 @@ import pyarrow as pa
 from slack_sdk.errors import SlackApiError, SlackClientError
 
 from servebench.config import SpecError, SweepSpec, load_sweep
+from servebench.cost import paid
 from servebench.evals.gate import cross_stack_columns, gate_columns
 from servebench.evals.golden import GoldenSetError, load_golden_set
 from servebench.janitor import recently_reaped
@@ -39,7 +41,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 log = logging.getLogger(__name__)
-TABLES = ("cells", "requests", "evals")
+TABLES = ("cells", "requests", "evals", "units")  # what a bench task leaves per unit
+TEARDOWN_SCRATCH = "_teardown"  # the teardown task's scratch rows (the hosts it paid for)
 CLI_DAG_ID = "servebench-cli"  # what `servebench run` records as its dag_id (its own history)
 
 
@@ -185,10 +188,11 @@ def provision(plan: dict, run_id: str, settings: Settings | None = None,
     for target in spec.targets:
         kinds.setdefault(target.provision_kind, []).append(target)
     state = {}
+    t0 = time.monotonic()
     for kind, targets in kinds.items():
         state[kind] = get_provisioner(kind).acquire(run_id, targets, settings, dag_id=dag_id)
         log.info("provisioned %s for %s", kind, [t.name for t in targets])
-    return {"run_id": run_id, "kinds": state}
+    return {"run_id": run_id, "kinds": state, "acquire_s": time.monotonic() - t0}
 
 
 def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = None,
@@ -203,15 +207,22 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
         kinds = sorted({t.provision_kind for t in SweepSpec.model_validate(plan["spec"])
                         .targets}) if plan else provision_kinds()
         states = {kind: None for kind in kinds}
-    released, errors = [], []
+    released, errors, paid = [], [], []
     for kind, state in states.items():
+        provisioner = get_provisioner(kind).attach(run_id, state, settings)
         try:
-            released += get_provisioner(kind).attach(run_id, state, settings).release()
+            released += provisioner.release()
+            paid += [{**host, "provision": kind} for host in provisioner.paid_hosts()]
         except (OSError, RuntimeError) as exc:  # the others must still release theirs
             log.exception("releasing %s failed", kind)
             errors.append(f"{kind}: {exc}")
     if released:
         log.warning("teardown stopped what the run left: %s", released)
+    if paid and plan:  # the publish prices them (it runs after this task)
+        rows = [{"run_id": run_id, "run_date": plan["run_date"] if plan else None, **host}
+                for host in paid]
+        open_store(settings).write_scratch(run_id, TEARDOWN_SCRATCH, "hosts",
+                                           rows_to_table("hosts", rows))
     if errors:
         raise RuntimeError("teardown could not release everything: " + "; ".join(errors))
     return released
@@ -234,8 +245,9 @@ def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
     result = runner.run()
     store = open_store(settings)
     for name in TABLES:
-        rows = [{"run_id": run_id, "run_date": plan["run_date"], **row}
-                for row in getattr(result, name)]
+        found = ([result.unit] if result.unit else []) if name == "units" else \
+            getattr(result, name)
+        rows = [{"run_id": run_id, "run_date": plan["run_date"], **row} for row in found]
         store.write_scratch(run_id, unit["unit_id"], name, rows_to_table(name, rows))
     statuses = [c["status"] for c in result.cells]
     return {"unit_id": unit["unit_id"], "cells": len(statuses),
@@ -246,8 +258,10 @@ def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
 # -- aggregate + publish ---------------------------------------------------------------------
 def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | None,
                           dag_id: str, started_at: dt.datetime | None = None,
-                          settings: Settings | None = None) -> dict:
-    """Collect every unit's rows (a unit that left none becomes failed cells), publish."""
+                          settings: Settings | None = None,
+                          acquire_s: float | None = None) -> dict:
+    """Collect every unit's rows (a unit that left none becomes failed cells), price what
+    the run paid for (the teardown's hosts, the units' server time), publish."""
     settings = settings or get_settings()
     spec = SweepSpec.model_validate(plan["spec"])
     store = open_store(settings)
@@ -268,12 +282,18 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
     # the quality gate needs every variant's answers, so it runs here, not in a bench task
     evals = combined["evals"].to_pylist()
     gates, cross = gate_columns(spec, evals), cross_stack_columns(spec, evals)
+    now = dt.datetime.now(dt.UTC)
+    hosts = scratch.get(TEARDOWN_SCRATCH, {}).get("hosts")
+    bill = paid(hosts.to_pylist() if hosts is not None else [],
+                combined["units"].to_pylist(),
+                {t.name: t.price_per_hour(spec.price_per_hour) for t in spec.targets}, now)
+    combined["hosts"] = rows_to_table("hosts", bill.hosts)
     cells = [{**row, **gates.get((row["target"], row["variant"]), {}),
               **cross.get((row["target"], row["variant"]), {})}
              for row in combined["cells"].to_pylist()]
+    cells = [{**row, **bill.cell_fields(row)} for row in cells]
     combined["cells"] = rows_to_table("cells", cells)
     statuses = combined["cells"].column("status").to_pylist()
-    now = dt.datetime.now(dt.UTC)
     combined["runs"] = rows_to_table("runs", [{
         "run_id": run_id, "run_date": run_date, "logical_date": logical_date or now,
         "dag_id": dag_id, "sweep_name": spec.name, "sweep_file": plan["sweep_file"],
@@ -283,6 +303,9 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
         "n_cells": len(statuses), "n_ok": statuses.count("ok"),
         "n_invalid": statuses.count("invalid"), "n_failed": statuses.count("failed"),
         "spec_json": spec.model_dump_json(),
+        "acquire_s": acquire_s,
+        "paid_s": sum(bill.paid_s.values()), "measure_s": sum(bill.measure_s.values()),
+        "sweep_efficiency": bill.sweep_efficiency, "paid_usd": sum(bill.paid_usd.values()),
     }])
     # the contract: a batch that breaks it is not published (the run fails, with the report)
     expected = [(u["target"], u["variant"], w.name, p.label)

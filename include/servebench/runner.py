@@ -8,9 +8,11 @@ stopped in every path (and the teardown task reaps it if this process dies).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -47,6 +49,7 @@ class VariantResult:
     cells: list[dict] = field(default_factory=list)
     requests: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
+    unit: dict = field(default_factory=dict)  # the ``units`` row: where, phase times
 
 
 def _first(text: str) -> str:
@@ -126,19 +129,29 @@ class VariantRunner:
             self._failed_cells("; ".join(problems), None)
             return self.result
         name = unit_id(self.target.name, self.variant.name)
+        unit = self.result.unit
+        unit.update(unit_id=name, target=self.target.name, variant=self.variant.name,
+                    provision=self.target.provision_kind,
+                    started_at=dt.datetime.now(dt.UTC))
+        t0 = time.monotonic()
         try:
             endpoint = self.provisioner.launch(name, self.target, self.variant, self.adapter)
         except Exception as exc:  # launch failure is data: every cell records why
             log.exception("launch of %s failed", name)
+            unit.update(load_s=time.monotonic() - t0, ended_at=dt.datetime.now(dt.UTC))
             self._failed_cells(f"launch failed: {exc}",
                                exc.argv if isinstance(exc, LaunchError) else None)
             return self.result
+        unit.update(load_s=time.monotonic() - t0,
+                    host=self.provisioner.placement(endpoint)["host"])
         self._endpoint = endpoint
         self._engine_version = self.provisioner.engine_version(self.adapter, endpoint)
         try:
             self._run_on(endpoint)
         finally:
+            t_stop = time.monotonic()
             self.provisioner.stop(endpoint)
+            unit.update(stop_s=time.monotonic() - t_stop, ended_at=dt.datetime.now(dt.UTC))
         return self.result
 
     def _add_cell(self, row: dict) -> None:
@@ -170,6 +183,30 @@ class VariantRunner:
         return FileTokenizer(local)
 
     def _run_on(self, endpoint: Endpoint) -> None:
+        t0 = time.monotonic()
+        try:
+            self._measure(endpoint)
+        finally:
+            measured = sum(c.get("duration_s") or 0.0 for c in self.result.cells)
+            self.result.unit.update(measure_s=measured,
+                                    warmup_s=max(0.0, time.monotonic() - t0 - measured))
+        died = self._server_died()
+        if died:
+            self._without_quality(f"the server had died: {_first(died)}")
+            return
+        t_golden = time.monotonic()
+        try:
+            self._run_golden(endpoint)
+        finally:
+            self.result.unit["golden_s"] = time.monotonic() - t_golden
+        died = self._server_died()
+        if died:  # the answers it could not give are not the variant's accuracy
+            for row in self.result.cells:
+                row.update(accuracy=None, golden_set=None)
+            self._without_quality(f"the server died during the golden set: {_first(died)}")
+
+    def _measure(self, endpoint: Endpoint) -> None:
+        """Every cell of the variant: its workloads at each load point."""
         try:
             tokenizer = self._tokenizer(endpoint)
         except Exception as exc:  # every cell records why; the traceback stays in the log
@@ -209,16 +246,6 @@ class VariantRunner:
                                    f"the server died during the cell: {_first(died)}",
                                    row.get("reason")])))
                     log.error("server of %s died: %s", self.variant.name, died)
-        died = self._server_died()
-        if died:
-            self._without_quality(f"the server had died: {_first(died)}")
-            return
-        self._run_golden(endpoint)
-        died = self._server_died()
-        if died:  # the answers it could not give are not the variant's accuracy
-            for row in self.result.cells:
-                row.update(accuracy=None, golden_set=None)
-            self._without_quality(f"the server died during the golden set: {_first(died)}")
 
     def _run_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
                   prompts) -> None:

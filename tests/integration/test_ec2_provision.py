@@ -146,6 +146,29 @@ def test_the_nightly_dag_runs_on_an_instance_and_terminates_it(aws, nightly_on_e
     assert all(v.startswith("b") for v in cells["engine_version"]), cells["engine_version"]
 
 
+def test_the_run_is_priced_by_the_instance_it_paid_for(aws, nightly_on_ec2):
+    from servebench.results.store import ResultStore
+
+    store = ResultStore(aws[4]["SERVEBENCH_RESULTS_URI"])
+    dag_run, [instance] = nightly_on_ec2
+    [host] = store.read_table("hosts", run_ids=[dag_run.run_id]).to_pylist()
+    assert host["host"] == instance["InstanceId"] and host["instance_type"] == "g6.xlarge"
+    assert host["ended_at"] is not None and host["billed_s"] >= 60.0  # EC2's minimum
+    assert host["cost_usd"] == pytest.approx(0.805 * host["billed_s"] / 3600)
+    units = store.read_table("units", run_ids=[dag_run.run_id]).to_pandas()
+    assert sorted(units["variant"]) == ["f16", "q8_0"]
+    assert set(units["host"]) == {f"{instance['InstanceId']} ({instance['PrivateIpAddress']})"}
+    for phase in ("load_s", "warmup_s", "measure_s", "golden_s", "stop_s"):
+        assert (units[phase] > 0).all(), phase
+    [run] = store.read_table("runs", run_ids=[dag_run.run_id]).to_pylist()
+    assert run["paid_s"] == host["billed_s"] and run["paid_usd"] == host["cost_usd"]
+    assert run["measure_s"] == pytest.approx(units["measure_s"].sum())
+    assert 0 < run["sweep_efficiency"] < 1 and run["acquire_s"] > 0
+    cells = store.read_table("cells", run_ids=[dag_run.run_id]).to_pandas()
+    # what the night paid per token is dearer than the measured window's list price
+    assert (cells["paid_cost_per_1m_output_tokens"] > cells["cost_per_1m_output_tokens"]).all()
+
+
 def test_variants_relaunch_the_container_in_place_reached_over_the_instance_address(
         aws, nightly_on_ec2):
     _, hosts, *_ = aws

@@ -192,7 +192,20 @@ def _header(run: dict, cells: pd.DataFrame, results_uri: str,
         f"- **cells**: {len(cells)} ({counts})",
         f"- **results**: `{results_uri}`",
     ]
+    if not is_missing(run.get("sweep_efficiency")):
+        lines.insert(-1, f"- **paid**: {_hours(run.get('paid_s'))} of server time, "
+                         f"${fmt_num(run.get('paid_usd'))}; "
+                         f"**sweep efficiency** {run['sweep_efficiency']:.1%} "
+                         f"({_hours(run.get('measure_s'))} measuring)")
     return lines
+
+
+def _hours(seconds) -> str:
+    if is_missing(seconds):
+        return "n/a"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.2f} h"
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.1f} s"
 
 
 KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),

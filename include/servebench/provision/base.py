@@ -14,7 +14,8 @@ each target), through this interface only:
 - ``hardware(target)``, ``engine_version(adapter, endpoint)`` -- what the cells record as the
   hardware and engine version they ran on;
 - ``release()`` -- the teardown task, which runs even when bench tasks fail: everything the
-  run still holds is stopped or terminated, and named.
+  run still holds is stopped or terminated, and named; then ``paid_hosts()``, what the run
+  paid for and from when to when.
 
 Implementations register by ``kind`` (``local``, ``static``, ``ec2``); the pipeline and the runner
 import none of them.
@@ -116,6 +117,12 @@ class Provisioner(ABC):
     @abstractmethod
     def release(self) -> list[str]:
         """Stop or terminate everything the run still holds; returns what it stopped."""
+
+    def paid_hosts(self) -> list[dict]:
+        """The machines this run paid for by the hour, after ``release``: ``host``, ``target``,
+        ``instance_type``, ``launched_at``, ``ended_at`` (None: still up). Empty where the
+        provisioner holds no such machine (the units' own server time is what was paid)."""
+        return []
 
 
 def served_engine_version(adapter: StackAdapter, endpoint: Endpoint) -> str | None:

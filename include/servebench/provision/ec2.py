@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import re
 import shlex
 import time
 from collections.abc import Callable, Iterable
@@ -398,6 +399,23 @@ class Ec2Provisioner(Provisioner):
         return "unknown (ec2 container)"
 
     # -- teardown ---------------------------------------------------------------------------
+    def paid_hosts(self) -> list[dict]:
+        """Every instance tagged with this run, whatever its state: launch time and, once
+        terminated, the time EC2 gives in its state transition reason."""
+        places = {(f["conn_id"], f["region"]) for f in self.state.values()} or \
+            _known_places(self.settings)
+        hosts = []
+        for conn_id, region in sorted(places, key=str):
+            ec2, _ = _clients(conn_id, region)
+            for instance in _instances(ec2, [{"Name": f"tag:{PROJECT_TAG}", "Values": [PROJECT]},
+                                             {"Name": "tag:run_id", "Values": [self.run_id]}]):
+                hosts.append({"host": instance["InstanceId"],
+                              "target": _tags(instance).get("target", ""),
+                              "instance_type": instance.get("InstanceType"),
+                              "launched_at": instance["LaunchTime"],
+                              "ended_at": _ended_at(instance)})
+        return hosts
+
     def release(self) -> list[str]:
         """Terminates every instance tagged with this run (found by tag, so a setup task
         that died between launching and returning its state leaks nothing)."""
@@ -506,6 +524,20 @@ def _terminate(ec2, ids: list[str]) -> list[str]:
         log.exception("terminate of %s asked; not yet confirmed terminated", ids)
     log.warning("terminated %s", ids)
     return ids
+
+
+_TRANSITION_TIME = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
+
+
+def _ended_at(instance: dict) -> dt.datetime | None:
+    """When a terminated instance stopped being billed: EC2 writes it only into the state
+    transition reason, ``User initiated (2026-12-01 03:12:44 GMT)``."""
+    if instance["State"]["Name"] not in ("shutting-down", "terminated"):
+        return None
+    found = _TRANSITION_TIME.search(instance.get("StateTransitionReason") or "")
+    if not found:
+        return dt.datetime.now(dt.UTC)  # ended, time not given: now bounds it
+    return dt.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
 
 
 def _terminate_run(run_id: str, places: Iterable[tuple[str, str | None]]) -> list[str]:

@@ -8,6 +8,8 @@ Tables
   regressions  one row per alert the night raised (servebench.trends): regressions and
             improvements found in the history, cells newly failing, quality-gate failures;
             written by the DAG's detect task after the run is published
+  units     one row per (target, variant) run: where, and its wall time per phase
+  hosts     one row per instance the run paid for: launch to terminate, price, cost
   reaped    one row per instance the instance_janitor DAG terminated (run_id: the run that
             launched it; run_date: the day it was reaped); a log kept beside the runs, not
             part of any run's commit
@@ -72,6 +74,12 @@ RUNS = pa.schema(
         _f("n_invalid", _I64),
         _f("n_failed", _I64),
         _f("spec_json", _STR),
+        # what the run paid for and what it measured (see ``units`` and ``hosts``)
+        _f("acquire_s", _F64),  # the setup task: instances launched and up
+        _f("paid_s", _F64),  # instance-seconds billed (per-unit server time where no instance)
+        _f("measure_s", _F64),  # seconds inside measured windows, all cells
+        _f("sweep_efficiency", _F64),  # measure_s / paid_s
+        _f("paid_usd", _F64),
     ]
 )
 
@@ -141,6 +149,10 @@ CELLS = pa.schema(
         _f("price_per_hour", _F64),
         _f("cost_per_1m_output_tokens", _F64),
         _f("cost_per_1k_successes", _F64),
+        # the same from what the run really paid: the target's paid time (launch to
+        # terminate, load and golden set and idle included) spread over its measured seconds
+        _f("paid_cost_per_1m_output_tokens", _F64),
+        _f("paid_cost_per_1k_successes", _F64),
         _f("prefix_cache_hit_rate", _F64),
         _f("server_metrics_json", _STR),  # Prometheus deltas over the cell
         _f("client_send_lag_ms_p99", _F64),  # the client's own lag: proof it kept up
@@ -237,6 +249,39 @@ REAPED = pa.schema(
     ]
 )
 
+UNITS = pa.schema(
+    _base()
+    + [
+        _f("unit_id", _STR),  # target--variant
+        _f("target", _STR),
+        _f("variant", _STR),
+        _f("provision", _STR),  # local | static | ec2 ...
+        _f("host", _STR),
+        _f("started_at", _TS),  # launch asked
+        _f("ended_at", _TS),  # server stopped
+        _f("load_s", _F64),  # launch to healthy: image pull, weight load
+        _f("warmup_s", _F64),  # cells' wall time outside their measured windows
+        _f("measure_s", _F64),  # inside measured windows
+        _f("golden_s", _F64),
+        _f("stop_s", _F64),
+    ]
+)
+
+HOSTS = pa.schema(
+    _base()
+    + [
+        _f("host", _STR),  # instance id
+        _f("target", _STR),
+        _f("provision", _STR),
+        _f("instance_type", _STR),
+        _f("launched_at", _TS),
+        _f("ended_at", _TS),  # terminated (null: still running at publish)
+        _f("billed_s", _F64),  # ended - launched, at least EC2's 60 s minimum
+        _f("price_per_hour", _F64),
+        _f("cost_usd", _F64),
+    ]
+)
+
 # Columns that must be present and non-null in every row.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "runs": ("schema_version", "run_id", "run_date"),
@@ -247,6 +292,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "regressions": ("schema_version", "run_id", "run_date", "series_id", "target", "metric",
                     "kind"),
     "reaped": ("schema_version", "run_date", "reaped_at", "instance_id", "reason"),
+    "units": ("schema_version", "run_id", "run_date", "unit_id", "target", "variant"),
+    "hosts": ("schema_version", "run_id", "run_date", "host", "target"),
 }
 
 
@@ -260,10 +307,12 @@ def _finish(name: str, schema: pa.Schema) -> pa.Schema:
 TABLES: dict[str, pa.Schema] = {
     name: _finish(name, s)
     for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS,
-                    "regressions": REGRESSIONS, "reaped": REAPED}.items()
+                    "regressions": REGRESSIONS, "reaped": REAPED, "units": UNITS,
+                    "hosts": HOSTS}.items()
 }
-RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS, REAPED = (
-    TABLES[n] for n in ("runs", "cells", "requests", "evals", "regressions", "reaped"))
+RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS, REAPED, UNITS, HOSTS = (
+    TABLES[n] for n in ("runs", "cells", "requests", "evals", "regressions", "reaped", "units",
+                        "hosts"))
 # what the publish of a run writes (and its contract checks); the rest is derived afterwards
 PUBLISHED_TABLES = ("runs", "cells", "requests", "evals")
 
