@@ -321,7 +321,35 @@ class Ec2Provision(_Strict):
         return self
 
 
-Provision = Annotated[LocalProvision | StaticProvision | Ec2Provision,
+class KubernetesProvision(_Strict):
+    """Each variant as a Pod (GPU limits, the stack's container) behind a ClusterIP Service
+    in ``namespace``, reached at ``<service>.<namespace>.svc``: the worker runs in the
+    cluster (or resolves its services). Deleted when the variant is done; the teardown and
+    the janitor delete what is left, by label. README ("Kubernetes") says what was not run
+    against a cluster here."""
+
+    kind: Literal["kubernetes"]
+    namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    context: str | None = Field(None, description="kubeconfig context (default: in-cluster, "
+                                "else the kubeconfig's current context)")
+    kubeconfig: str | None = None
+    port: int = Field(8000, ge=1, le=65535)
+    gpu_resource: str = Field("nvidia.com/gpu", description="the device plugin's resource")
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, str]] = Field(default_factory=list)
+    model_cache_pvc: str | None = Field(
+        None, description="PVC mounted as the hub cache (weights kept across variants and "
+        "nights); default: an emptyDir per pod")
+    hf_token_secret: str | None = Field(
+        None, description="Secret whose key `token` becomes HF_TOKEN")
+    price_per_hour: float | None = Field(None, ge=0)
+    ttl_hours: float = Field(8.0, gt=0, description="the pod's activeDeadlineSeconds and "
+                             "its expires-at annotation")
+    hardware: str | None = None
+    health_timeout_s: float = Field(1800.0, gt=0)
+
+
+Provision = Annotated[LocalProvision | StaticProvision | Ec2Provision | KubernetesProvision,
                       Field(discriminator="kind")]
 # stacks that serve nothing themselves: only ever static
 HOSTED_STACKS = frozenset({"openai_api"})

@@ -36,13 +36,20 @@ def airflow_run_is_live(count_runs: Callable[..., int]) -> Callable[[str, str], 
 
 def sweep_instances(run_is_live: Callable[[str, str], bool], janitor_run_id: str,
                     settings: Settings | None = None, now: dt.datetime | None = None) -> list[dict]:
-    """Terminates what :func:`servebench.provision.ec2.reap` finds; records it; the rows."""
+    """Every provision kind reaps what no run should still hold (ec2 instances, kubernetes
+    pods); what was ended is recorded; the rows."""
     from servebench.pipeline import open_store  # the pipeline imports this module
-    from servebench.provision.ec2 import reap
+    from servebench.provision import get_provisioner, provision_kinds
 
     settings = settings or get_settings()
     now = now or dt.datetime.now(dt.UTC)
-    reaped = reap(settings, run_is_live, now=now)
+    reaped, errors = [], []
+    for kind in provision_kinds():
+        try:
+            reaped += get_provisioner(kind).reap_orphans(settings, run_is_live, now)
+        except (OSError, RuntimeError) as exc:  # the other kinds still reap, and are recorded
+            log.exception("reaping %s failed", kind)
+            errors.append(f"{kind}: {exc}")
     rows = [{"run_id": r.run_id, "run_date": now.date(), "reaped_at": now,
              "instance_id": r.instance_id, "instance_type": r.instance_type,
              "region": r.region, "dag_id": r.dag_id, "target": r.target,
@@ -56,6 +63,8 @@ def sweep_instances(run_is_live: Callable[[str, str], bool], janitor_run_id: str
                                         rows_to_table("reaped", rows))
     else:
         log.info("no project instance to reap")
+    if errors:
+        raise RuntimeError("the janitor could not reap everything: " + "; ".join(errors))
     return rows
 
 

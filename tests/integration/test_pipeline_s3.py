@@ -54,7 +54,7 @@ def test_pipeline_publishes_to_s3_idempotently(s3_endpoint, small_sweep, tmp_pat
         pipeline.bench_unit(plan, unit, hosts, RUN)
     second = pipeline.aggregate_and_publish(plan, RUN, None, "nightly_benchmark")
     assert first["rows"] == second["rows"] == {"cells": 2, "requests": 16, "evals": 400,
-                                               "runs": 1}
+                                               "runs": 1, "units": 2, "hosts": 0}
     cells = store.read_table("cells").to_pandas()
     assert sorted(cells["variant"]) == ["f16", "q2_k"]
     assert cells.set_index("variant").loc["q2_k", "gate_verdict"] == "fail"

@@ -26,7 +26,7 @@ def _variant(**extra):
 
 
 def test_kinds_are_registered_and_an_unknown_one_is_named():
-    assert provision_kinds() == ["ec2", "local", "static"]
+    assert provision_kinds() == ["ec2", "kubernetes", "local", "static"]
     assert get_provisioner("local") is LocalProvisioner
     with pytest.raises(KeyError, match="unknown provision kind 'ec3'"):
         get_provisioner("ec3")

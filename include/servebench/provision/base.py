@@ -15,7 +15,9 @@ each target), through this interface only:
   hardware and engine version they ran on;
 - ``release()`` -- the teardown task, which runs even when bench tasks fail: everything the
   run still holds is stopped or terminated, and named; then ``paid_hosts()``, what the run
-  paid for and from when to when.
+  paid for and from when to when;
+- ``reap_orphans(settings, run_is_live, now)`` -- the hourly janitor: whatever this kind
+  launched that is past its expiry or whose DAG run no longer runs is ended.
 
 Implementations register by ``kind`` (``local``, ``static``, ``ec2``); the pipeline and the runner
 import none of them.
@@ -23,8 +25,10 @@ import none of them.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -57,6 +61,20 @@ class Endpoint:
     argv: list[str] | None = None  # the launch command, for provenance (None: not launched)
     name: str = ""
     pid: int | None = None  # a local server's process
+
+
+@dataclass(frozen=True)
+class Reaped:
+    """Something the janitor terminated that no run should still have held, and why."""
+
+    instance_id: str  # the instance, or namespace/pod
+    instance_type: str
+    region: str  # the region, or the cluster context
+    run_id: str
+    dag_id: str
+    target: str
+    launched_at: dt.datetime | None
+    reason: str
 
 
 class Provisioner(ABC):
@@ -117,6 +135,14 @@ class Provisioner(ABC):
     @abstractmethod
     def release(self) -> list[str]:
         """Stop or terminate everything the run still holds; returns what it stopped."""
+
+    @classmethod
+    def reap_orphans(cls, settings: Settings, run_is_live: Callable[[str, str], bool],
+             now: dt.datetime) -> list[Reaped]:
+        """The janitor: end whatever this kind launched that is past its expiry or whose DAG
+        run (``run_is_live(dag_id, run_id)``) is no longer running; what it ended. Kinds
+        that hold nothing beyond a task (local, static) have nothing to reap."""
+        return []
 
     def paid_hosts(self) -> list[dict]:
         """The machines this run paid for by the hour, after ``release``: ``host``, ``target``,

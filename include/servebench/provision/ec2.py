@@ -27,7 +27,6 @@ import re
 import shlex
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
@@ -38,6 +37,7 @@ from servebench.provision.base import (
     Endpoint,
     LaunchError,
     Provisioner,
+    Reaped,
     register_provisioner,
     served_engine_version,
 )
@@ -142,20 +142,6 @@ def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str
     lines += [f"docker pull {q(launch.image)}", f'echo {DIGEST_MARK} "$({digest})"',
               shlex.join(args)]
     return lines
-
-
-@dataclass(frozen=True)
-class Reaped:
-    """An instance the janitor (or a teardown) terminated, and why."""
-
-    instance_id: str
-    instance_type: str
-    region: str
-    run_id: str
-    dag_id: str
-    target: str
-    launched_at: dt.datetime | None
-    reason: str
 
 
 @register_provisioner
@@ -399,6 +385,13 @@ class Ec2Provisioner(Provisioner):
         return "unknown (ec2 container)"
 
     # -- teardown ---------------------------------------------------------------------------
+    @classmethod
+    def reap_orphans(cls, settings, run_is_live, now) -> list[Reaped]:
+        try:
+            return reap(settings, run_is_live, now=now)
+        except (ClientError, BotoCoreError) as exc:
+            raise ReleaseError(f"reaping ec2 instances failed: {exc}") from exc
+
     def paid_hosts(self) -> list[dict]:
         """Every instance tagged with this run, whatever its state: launch time and, once
         terminated, the time EC2 gives in its state transition reason."""

@@ -1,0 +1,344 @@
+"""The Kubernetes provisioner (``provision: {kind: kubernetes, namespace: ...}``).
+
+Each variant runs as a Pod built from the stack adapter's container (``ContainerLaunch``:
+image, entrypoint -> ``command``, arguments -> ``args``, ``nvidia.com/gpu`` limits, ``/dev/shm``
+as a memory volume, the weights' cache, option files from a ConfigMap), behind a ClusterIP
+Service; the worker (a pod of the same cluster, or anywhere its DNS resolves the service)
+reaches it at ``http://<service>.<namespace>.svc:<port>``. The pod, service and config map are
+deleted when the variant is done; the teardown deletes whatever of the run is left, found by
+label; the janitor deletes what is past its ``servebench/expires-at`` annotation or whose DAG
+run is no longer running.
+
+Labels carry a hash of the run id (label values allow neither ``:`` nor ``+``); the run id,
+DAG id and target are annotations. Credentials: in-cluster service account, else the
+kubeconfig (``kubeconfig``, ``context``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import logging
+import re
+import time
+from typing import TYPE_CHECKING
+
+import httpx
+
+from servebench.config import KubernetesProvision
+from servebench.provision.base import (
+    Endpoint,
+    LaunchError,
+    Provisioner,
+    Reaped,
+    register_provisioner,
+    served_engine_version,
+)
+
+if TYPE_CHECKING:
+    from servebench.config import TargetSpec
+    from servebench.settings import Settings
+    from servebench.stacks.base import ContainerLaunch, StackAdapter
+
+log = logging.getLogger(__name__)
+
+APP_LABEL = {"app.kubernetes.io/part-of": "servebench"}
+RUN_LABEL = "servebench/run"
+EXPIRES = "servebench/expires-at"
+CACHE_IN_POD = "/servebench-cache"
+
+
+def run_label(run_id: str) -> str:
+    """A label value for ``run_id`` (63 characters of [a-z0-9]): its hash."""
+    return hashlib.sha256(run_id.encode()).hexdigest()[:16]
+
+
+def object_name(target: str, variant: str, run_id: str) -> str:
+    """A DNS-1035 name for a variant's pod and service (<= 63, [a-z0-9-], a letter first)."""
+    base = re.sub(r"[^a-z0-9-]+", "-", f"{target}-{variant}".lower()).strip("-")
+    return f"sb-{base[:40].rstrip('-')}-{run_label(run_id)[:8]}"
+
+
+def render(launch: ContainerLaunch, spec: KubernetesProvision, *, name: str, run_id: str,
+           dag_id: str, target: str, hub_cache: str,
+           now: dt.datetime | None = None) -> list[dict]:
+    """The manifests of one variant: a ConfigMap (when the stack has option files), the Pod,
+    its Service. ``hub_cache`` (the worker's Hugging Face cache) maps to the spec's
+    ``model_cache_pvc`` (else an emptyDir): weights are fetched in the cluster."""
+    now = now or dt.datetime.now(dt.UTC)
+    expires = (now + dt.timedelta(hours=spec.ttl_hours)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    labels = {**APP_LABEL, RUN_LABEL: run_label(run_id), "servebench/unit": name}
+    meta = {"name": name, "namespace": spec.namespace, "labels": labels,
+            "annotations": {"servebench/run-id": run_id, "servebench/dag-id": dag_id or "-",
+                            "servebench/target": target, EXPIRES: expires}}
+    volumes, mounts = [], []
+    for i, (host, inside) in enumerate(sorted(launch.volumes.items())):
+        if host == hub_cache or host.startswith(hub_cache + "/"):
+            source = ({"persistentVolumeClaim": {"claimName": spec.model_cache_pvc}}
+                      if spec.model_cache_pvc else {"emptyDir": {}})
+            sub = host[len(hub_cache):].lstrip("/")
+            volumes.append({"name": f"cache-{i}", **source})
+            mounts.append({"name": f"cache-{i}", "mountPath": inside,
+                           **({"subPath": sub} if sub else {})})
+        else:  # a path on the node (a model folder the node image carries)
+            volumes.append({"name": f"host-{i}", "hostPath": {"path": host}})
+            mounts.append({"name": f"host-{i}", "mountPath": inside, "readOnly": True})
+    manifests: list[dict] = []
+    if launch.files:
+        keys = {inside: f"file-{i}" for i, inside in enumerate(sorted(launch.files))}
+        manifests.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+                          "data": {keys[p]: text for p, text in launch.files.items()}})
+        volumes.append({"name": "files", "configMap": {"name": name}})
+        mounts += [{"name": "files", "mountPath": p, "subPath": k, "readOnly": True}
+                   for p, k in keys.items()]
+    if launch.shm_size:
+        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory",
+                                                     "sizeLimit": launch.shm_size.upper()
+                                                     .replace("G", "Gi")}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    env = [{"name": k, "value": v} for k, v in sorted(launch.env.items())]
+    if spec.hf_token_secret:  # the token stays in the cluster's secret store
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {
+            "name": spec.hf_token_secret, "key": "token"}}})
+    container = {
+        "name": "server", "image": launch.image, "args": list(launch.command),
+        "ports": [{"containerPort": launch.port, "name": "http"}],
+        "env": env, "volumeMounts": mounts,
+        "resources": {"limits": {spec.gpu_resource: launch.gpus}} if launch.gpus else {},
+        "readinessProbe": {"httpGet": {"path": launch.health_path, "port": "http"},
+                           "periodSeconds": 5, "failureThreshold": 3},
+    }
+    if launch.entrypoint:
+        container["command"] = list(launch.entrypoint)
+    pod_spec: dict = {"restartPolicy": "Never", "containers": [container], "volumes": volumes,
+                      "activeDeadlineSeconds": int(spec.ttl_hours * 3600)}
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = dict(spec.node_selector)
+    if spec.tolerations:
+        pod_spec["tolerations"] = [dict(t) for t in spec.tolerations]
+    manifests.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec})
+    manifests.append({"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+        "type": "ClusterIP", "selector": {"servebench/unit": name, RUN_LABEL: labels[RUN_LABEL]},
+        "ports": [{"port": launch.port, "targetPort": "http", "name": "http"}]}})
+    return manifests
+
+
+def _core_api(spec: KubernetesProvision):
+    """CoreV1Api: the in-cluster service account, else the kubeconfig (file, context)."""
+    from kubernetes import client, config
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        config.load_incluster_config()
+    except ConfigException:
+        config.load_kube_config(config_file=spec.kubeconfig, context=spec.context)
+    return client.CoreV1Api()
+
+
+def _spec(target: TargetSpec) -> KubernetesProvision:
+    if not isinstance(target.provision, KubernetesProvision):
+        raise TypeError(f"target {target.name!r} is not provisioned by kubernetes")
+    return target.provision
+
+
+@register_provisioner
+class KubernetesProvisioner(Provisioner):
+    kind = "kubernetes"
+
+    def __init__(self, run_id: str, state: dict, settings: Settings):
+        self.run_id, self.state, self.settings = run_id, state, settings
+        self._launched: dict[str, tuple[KubernetesProvision, str]] = {}  # endpoint -> (spec, name)
+
+    @classmethod
+    def acquire(cls, run_id, targets, settings, *, dag_id: str = "") -> dict:
+        """Nothing is held between variants (the cluster schedules each pod); the state
+        names where the run's objects live, for the teardown."""
+        return {"dag_id": dag_id,
+                "places": sorted({(_spec(t).namespace, _spec(t).context or "",
+                                   _spec(t).kubeconfig or "") for t in targets})}
+
+    @classmethod
+    def attach(cls, run_id, state, settings) -> KubernetesProvisioner:
+        return cls(run_id, state or {}, settings)
+
+    @classmethod
+    def check(cls, target, variant, adapter, settings) -> list[str]:
+        try:
+            launch = adapter.container_launch(variant, port=8000, settings=settings)
+        except NotImplementedError as exc:
+            return [f"{exc} (provision kind kubernetes runs stacks in containers)"]
+        problem = adapter.image_problem(launch.image)
+        return [f"field image: {problem}"] if problem else []
+
+    def launch(self, name, target, variant, adapter) -> Endpoint:
+        from kubernetes.client.exceptions import ApiException
+
+        from servebench.stacks.base import (
+            hub_cache_dir,  # stacks import the provisioners
+        )
+
+        spec = _spec(target)
+        launch = adapter.container_launch(variant, port=spec.port, settings=self.settings)
+        obj = object_name(target.name, variant.name, self.run_id)
+        manifests = render(launch, spec, name=obj, run_id=self.run_id,
+                           dag_id=self.state.get("dag_id", ""), target=target.name,
+                           hub_cache=str(hub_cache_dir()))
+        api = _core_api(spec)
+        self._launched[name] = (spec, obj)
+        creators = {"ConfigMap": api.create_namespaced_config_map,
+                    "Pod": api.create_namespaced_pod, "Service": api.create_namespaced_service}
+        try:
+            for manifest in manifests:
+                creators[manifest["kind"]](spec.namespace, manifest)
+        except ApiException as exc:
+            raise LaunchError(f"creating {obj} in {spec.namespace} failed: {exc.status} "
+                              f"{exc.reason}", argv=launch.argv) from exc
+        base_url = f"http://{obj}.{spec.namespace}.svc:{spec.port}"
+        endpoint = Endpoint(base_url, launch.served_model, adapter.chat_path,
+                            launch.metrics_path, argv=launch.argv, name=name)
+        self._wait_healthy(endpoint, launch.health_path, spec, api, obj)
+        return endpoint
+
+    def _wait_healthy(self, endpoint: Endpoint, path: str, spec: KubernetesProvision, api,
+                      obj: str) -> None:
+        deadline = time.monotonic() + spec.health_timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            ended = self._pod_ended(api, spec.namespace, obj)
+            if ended:
+                raise LaunchError(ended, argv=endpoint.argv)
+            try:
+                response = httpx.get(endpoint.base_url + path, timeout=10.0)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    return
+                last = f"HTTP {response.status_code}"
+            time.sleep(2.0)
+        raise LaunchError(f"{endpoint.base_url}{path} not healthy after "
+                          f"{spec.health_timeout_s:g}s (last: {last})", argv=endpoint.argv)
+
+    @staticmethod
+    def _pod_ended(api, namespace: str, obj: str) -> str | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            pod = api.read_namespaced_pod(obj, namespace)
+        except ApiException as exc:
+            return f"pod {namespace}/{obj} is gone ({exc.status} {exc.reason})"
+        if pod.status.phase not in ("Failed", "Succeeded"):
+            return None
+        why = [f"{s.name}: {s.state.terminated.reason} (exit {s.state.terminated.exit_code})"
+               for s in pod.status.container_statuses or [] if s.state and s.state.terminated]
+        return f"pod {namespace}/{obj} {pod.status.phase}: {'; '.join(why) or pod.status.reason}"
+
+    def exited(self, endpoint: Endpoint) -> str | None:
+        if endpoint.name not in self._launched:
+            return None
+        spec, obj = self._launched[endpoint.name]
+        return self._pod_ended(_core_api(spec), spec.namespace, obj)
+
+    def stop(self, endpoint: Endpoint) -> None:
+        if endpoint.name in self._launched:
+            spec, obj = self._launched.pop(endpoint.name)
+            _delete(_core_api(spec), spec.namespace, f"servebench/unit={obj}")
+
+    def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
+        """The pod, its node, and the image digest the kubelet pulled (``imageID``)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if endpoint.name not in self._launched:
+            return {"host": None, "image": None}
+        spec, obj = self._launched[endpoint.name]
+        try:
+            pod = _core_api(spec).read_namespaced_pod(obj, spec.namespace)
+        except ApiException:
+            return {"host": f"{spec.namespace}/{obj}", "image": None}
+        statuses = pod.status.container_statuses or []
+        image = statuses[0].image_id.split("://", 1)[-1] if statuses and \
+            statuses[0].image_id else None
+        return {"host": f"{spec.namespace}/{obj} on {pod.spec.node_name}", "image": image}
+
+    def hardware(self, target: TargetSpec) -> str:
+        spec = _spec(target)
+        return spec.hardware or f"kubernetes {spec.gpu_resource} ({spec.namespace})"
+
+    def engine_version(self, adapter: StackAdapter, endpoint: Endpoint | None = None) -> str:
+        return (served_engine_version(adapter, endpoint) if endpoint else None) \
+            or "unknown (kubernetes pod)"
+
+    @classmethod
+    def reap_orphans(cls, settings, run_is_live, now) -> list[Reaped]:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return reap(settings, run_is_live, now)
+        except ApiException as exc:
+            raise RuntimeError(f"reaping kubernetes pods failed: {exc.status} "
+                               f"{exc.reason}") from exc
+
+    def release(self) -> list[str]:
+        gone = []
+        for namespace, context, kubeconfig in self.state.get("places", []):
+            spec = KubernetesProvision(kind="kubernetes", namespace=namespace,
+                                       context=context or None, kubeconfig=kubeconfig or None)
+            gone += _delete(_core_api(spec), namespace,
+                            f"{RUN_LABEL}={run_label(self.run_id)}")
+        return gone
+
+
+def _known_places(settings: Settings) -> set[tuple[str, str | None, str | None]]:
+    """(namespace, context, kubeconfig) of every kubernetes target in the project's sweeps."""
+    from servebench.config import SpecError, load_sweep
+
+    places = set()
+    for path in sorted((settings.project_root / "include" / "sweeps").glob("*.yaml")):
+        try:
+            spec = load_sweep(path)
+        except SpecError:
+            log.warning("skipping %s: not a valid sweep", path)
+            continue
+        places |= {(t.provision.namespace, t.provision.context, t.provision.kubeconfig)
+                   for t in spec.targets if isinstance(t.provision, KubernetesProvision)}
+    return places
+
+
+def reap(settings: Settings, run_is_live, now: dt.datetime) -> list[Reaped]:
+    """Deletes the project's pods past ``servebench/expires-at`` or of a DAG run no longer
+    running (with their services and config maps)."""
+    reaped = []
+    for namespace, context, kubeconfig in sorted(_known_places(settings), key=str):
+        spec = KubernetesProvision(kind="kubernetes", namespace=namespace, context=context,
+                                   kubeconfig=kubeconfig)
+        api = _core_api(spec)
+        selector = ",".join(f"{k}={v}" for k, v in APP_LABEL.items())
+        for pod in api.list_namespaced_pod(namespace, label_selector=selector).items:
+            notes = pod.metadata.annotations or {}
+            run_id, dag_id = notes.get("servebench/run-id", ""), notes.get("servebench/dag-id", "")
+            expires = notes.get(EXPIRES)
+            if expires and dt.datetime.fromisoformat(expires) <= now:
+                reason = f"expired at {expires}"
+            elif not run_is_live(dag_id, run_id):
+                reason = f"its DAG run {dag_id}/{run_id} is no longer running"
+            else:
+                continue
+            _delete(api, namespace, f"servebench/unit={pod.metadata.name}")
+            reaped.append(Reaped(f"{namespace}/{pod.metadata.name}", "pod",
+                                 context or "current context", run_id, dag_id,
+                                 notes.get("servebench/target", ""),
+                                 pod.metadata.creation_timestamp, reason))
+    return reaped
+
+
+def _delete(api, namespace: str, selector: str) -> list[str]:
+    """Deletes the pods, services and config maps matching ``selector``; their names."""
+    gone = []
+    for kind in ("pod", "service", "config_map"):
+        listed = getattr(api, f"list_namespaced_{kind}")(namespace, label_selector=selector)
+        for item in listed.items:
+            getattr(api, f"delete_namespaced_{kind}")(item.metadata.name, namespace)
+            gone.append(f"{kind} {namespace}/{item.metadata.name}")
+    if gone:
+        log.info("deleted %s", gone)
+    return gone

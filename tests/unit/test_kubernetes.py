@@ -1,0 +1,102 @@
+"""The kubernetes provisioner's manifests, rendered from each stack's container: what the
+cluster would be asked to run. (Not run against a cluster here: see README, "Kubernetes".)"""
+
+import datetime as dt
+
+import pytest
+import yaml
+from servebench.config import SpecError, load_sweep
+from servebench.provision import get_provisioner
+from servebench.provision.kubernetes import object_name, render, run_label
+from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.stacks.base import get_stack, hub_cache_dir
+
+RUN = "scheduled__2026-12-01T02:00:00+00:00"
+NOW = dt.datetime(2026, 12, 1, 2, 5, tzinfo=dt.UTC)
+K8S = {"kind": "kubernetes", "namespace": "bench", "model_cache_pvc": "hf-cache",
+       "hf_token_secret": "hf", "node_selector": {"gpu": "h100"},
+       "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]}
+
+
+def _target(tmp_path, provision: dict, stack: str = "vllm", **variant):
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["cross_stack"] = []
+    data["targets"] = [{"name": "llama8b", "stack": stack, "golden_sets": [],
+                        "provision": provision,
+                        "variants": [{"name": "bf16", "model": "meta-llama/Llama-3.1-8B-Instruct",
+                                      **variant}]}]
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return load_sweep(path).targets[0]
+
+
+def _manifests(tmp_path, stack="vllm", provision=K8S, **variant):
+    target = _target(tmp_path, provision, stack, **variant)
+    launch = get_stack(stack).container_launch(target.variants[0], port=8000,
+                                               settings=get_settings())
+    docs = render(launch, target.provision, name=object_name("llama8b", "bf16", RUN),
+                  run_id=RUN, dag_id="nightly_benchmark", target="llama8b",
+                  hub_cache=str(hub_cache_dir()), now=NOW)
+    return {d["kind"]: d for d in docs}, launch
+
+
+def test_names_and_labels_are_what_kubernetes_accepts():
+    name = object_name("Llama_8B.vllm", "bf16+spec", RUN)
+    assert len(name) <= 63 and name[0].isalpha()
+    assert all(c.isalnum() or c == "-" for c in name) and name == name.lower()
+    assert len(run_label(RUN)) == 16 and run_label(RUN).isalnum()
+
+
+def test_a_vllm_pod_asks_for_its_gpus_and_serves_behind_a_service(tmp_path):
+    docs, launch = _manifests(tmp_path, tensor_parallel_size=2)
+    pod, svc = docs["Pod"], docs["Service"]
+    meta = pod["metadata"]
+    assert meta["namespace"] == "bench"
+    assert meta["labels"]["servebench/run"] == run_label(RUN)
+    assert meta["annotations"]["servebench/run-id"] == RUN
+    assert meta["annotations"]["servebench/expires-at"] == "2026-12-01T10:05:00Z"
+    [c] = pod["spec"]["containers"]
+    assert c["image"] == launch.image and c["command"] == ["vllm", "serve"]
+    assert c["args"] == launch.command
+    assert c["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    assert c["readinessProbe"]["httpGet"]["path"] == "/health"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert pod["spec"]["activeDeadlineSeconds"] == 8 * 3600
+    assert pod["spec"]["nodeSelector"] == {"gpu": "h100"}
+    assert pod["spec"]["tolerations"][0]["key"] == "nvidia.com/gpu"
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    cache = mounts["/root/.cache/huggingface"]
+    assert volumes[cache["name"]]["persistentVolumeClaim"]["claimName"] == "hf-cache"
+    assert volumes[mounts["/dev/shm"]["name"]]["emptyDir"] == {"medium": "Memory",
+                                                              "sizeLimit": "16Gi"}
+    # the token comes from the cluster's secret, never as a value
+    [token] = [e for e in c["env"] if e["name"] == "HF_TOKEN"]
+    assert "value" not in token and token["valueFrom"]["secretKeyRef"]["name"] == "hf"
+    assert svc["spec"]["selector"]["servebench/unit"] == meta["name"]
+    assert svc["spec"]["ports"][0]["port"] == 8000
+
+
+def test_tgi_keeps_its_entrypoint_and_trtllm_its_options_file(tmp_path):
+    docs, _ = _manifests(tmp_path, stack="tgi")
+    [c] = docs["Pod"]["spec"]["containers"]
+    assert "command" not in c  # the image's own /tgi-entrypoint.sh
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert "/data/hub" in mounts
+    docs, launch = _manifests(tmp_path, stack="trtllm")
+    [(path, text)] = launch.files.items()
+    assert list(docs["ConfigMap"]["data"].values()) == [text]
+    [c] = docs["Pod"]["spec"]["containers"]
+    [mount] = [m for m in c["volumeMounts"] if m["mountPath"] == path]
+    assert mount["readOnly"] and mount["name"] == "files"
+
+
+def test_the_kind_is_chosen_by_the_spec_and_checked_at_plan(tmp_path):
+    target = _target(tmp_path, {"kind": "kubernetes"}, stack="transformers")
+    assert target.provision_kind == "kubernetes"
+    provisioner = get_provisioner("kubernetes")
+    problems = provisioner.check(target, target.variants[0], get_stack("transformers"),
+                                 get_settings())
+    assert any("has no container launch" in p for p in problems)
+    with pytest.raises(SpecError, match="provision.namespace"):
+        _target(tmp_path, {"kind": "kubernetes", "namespace": "Not_Valid"})
