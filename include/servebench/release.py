@@ -1,0 +1,262 @@
+"""The release gate: a candidate variant against its baseline, measured in one run on one
+host, decided on performance and on quality.
+
+The two run in interleaved repetitions (ABBA: baseline, candidate, candidate, baseline, ...),
+so drift of the host over the run hits both alike. For each cell (workload x load point) and
+each gated metric the repetitions pair up, candidate against baseline of the same
+repetition; the relative change ``w`` is signed so that positive is worse (``direction`` from
+``servebench.trends.series``), and its mean gets a 95% t-interval over the pairs:
+
+    fail          the interval is above 0 and the mean is beyond the metric's threshold
+                  (a real slow-down, larger than allowed)
+    pass          the interval's upper end is within the threshold (even the worst plausible
+                  change is allowed)
+    inconclusive  otherwise: more repetitions, or a quieter host, would decide it
+
+Quality is the three-way gate (``servebench.evals.gate``) on the golden set, answered by the
+same servers. The run fails on any fail; an inconclusive is "needs a person" unless the
+params say to fail on it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import math
+import statistics
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from scipy import stats
+
+from servebench.config import SLOSpec, SweepSpec, load_sweep
+from servebench.evals.gate import gate_columns
+from servebench.provision.base import Provisioner
+from servebench.runner import VariantRunner
+from servebench.settings import Settings, get_settings
+from servebench.trends.series import BY_COLUMN, metric_label
+
+log = logging.getLogger(__name__)
+
+DEFAULT_THRESHOLDS = {"ttft_ms_p95": 0.25, "tpot_ms_p50": 0.15, "output_throughput": 0.10,
+                      "goodput": 0.10}
+
+
+class ReleaseGateFailed(RuntimeError):
+    """The candidate regressed (or could not be cleared and the params say that fails)."""
+
+
+class ReleaseGateParams(BaseModel):
+    """What a manual release_gate run decides: the DAG's Params form, validated here too."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sweep: str = Field("include/sweeps/local.yaml",
+                       description="the sweep whose sampling, workloads and golden sets apply")
+    target: str
+    candidate: str = Field(description="the variant to release")
+    baseline: str | None = Field(None, description="default: the target's baseline")
+    workloads: list[str] | None = Field(None, description="default: all of the sweep's")
+    concurrency: list[int] | None = Field(None, description="default: the sweep's")
+    repetitions: int = Field(3, ge=2, le=20)
+    thresholds: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_THRESHOLDS),
+        description="metric -> the largest relative worsening allowed (0.10 = 10%)")
+    slos: SLOSpec | None = None
+    on_inconclusive: Literal["needs_person", "fail"] = "needs_person"
+
+
+def gate_spec(params: ReleaseGateParams, settings: Settings | None = None) -> SweepSpec:
+    """The sweep narrowed to the gate: the target with baseline and candidate only, the
+    chosen workloads and concurrencies, closed loop; errors name the param."""
+    settings = settings or get_settings()
+    spec = load_sweep(settings.resolve(params.sweep))
+    target = spec.target(params.target)
+    names = [v.name for v in target.variants]
+    baseline = params.baseline or target.baseline or names[0]
+    for field, name in (("candidate", params.candidate), ("baseline", baseline)):
+        if name not in names:
+            raise ValueError(f"param {field}: {name!r} is not a variant of {target.name} "
+                             f"({names})")
+    if baseline == params.candidate:
+        raise ValueError("param candidate: the candidate is the baseline")
+    unknown = sorted(set(params.thresholds) - set(BY_COLUMN))
+    if unknown:
+        raise ValueError(f"param thresholds: unknown metric(s) {unknown}; known: "
+                         f"{sorted(BY_COLUMN)}")
+    workloads = [w for w in spec.workloads
+                 if params.workloads is None or w.name in params.workloads]
+    missing = sorted(set(params.workloads or []) - {w.name for w in workloads})
+    if missing:
+        raise ValueError(f"param workloads: {missing} not in {params.sweep}")
+    variants = [v for v in target.variants if v.name in (baseline, params.candidate)]
+    return SweepSpec.model_validate({
+        **spec.model_dump(), "name": f"release-gate-{target.name}",
+        "workloads": [w.model_dump() for w in workloads],
+        "load": {**spec.load.model_dump(), "rates": [],
+                 "concurrency": params.concurrency or spec.load.concurrency},
+        "slos": (params.slos or spec.slos).model_dump(), "cross_stack": [],
+        "targets": [{**target.model_dump(), "baseline": baseline,
+                     "variants": [v.model_dump() for v in variants]}],
+    })
+
+
+def run_repetitions(spec: SweepSpec, params: ReleaseGateParams, run_id: str,
+                    provisioner: Provisioner, settings: Settings | None = None) -> dict:
+    """Both variants, ``repetitions`` times, interleaved ABBA; {cells, evals} as rows (each
+    cell with its ``repetition``)."""
+    settings = settings or get_settings()
+    target = spec.targets[0]
+    base = next(v for v in target.variants if v.name == target.baseline)
+    cand = next(v for v in target.variants if v.name != target.baseline)
+    cells, evals = [], []
+    for rep in range(params.repetitions):
+        for variant in ((base, cand) if rep % 2 == 0 else (cand, base)):
+            log.info("release gate: repetition %d, %s", rep + 1, variant.name)
+            result = VariantRunner(spec, target, variant, run_id=run_id, settings=settings,
+                                   provisioner=provisioner).run()
+            cells += [{**c, "repetition": rep} for c in result.cells]
+            if rep == 0:  # greedy answers: one golden set per variant decides quality
+                evals += result.evals
+    return {"cells": cells, "evals": evals}
+
+
+CELL_FIELDS = ("workload", "load_point", "variant", "repetition", "status", "reason",
+               *BY_COLUMN)
+EVAL_FIELDS = ("target", "variant", "golden_set", "item_id", "correct", "error")
+
+
+def measure_gate(plan: dict, provisioned: dict, run_id: str,
+                 settings: Settings | None = None) -> dict:
+    """The measure task: the repetitions on the target's provisioner; the rows the verdict
+    needs (JSON-able, for the task's XCom)."""
+    from servebench.provision import get_provisioner
+
+    settings = settings or get_settings()
+    spec = SweepSpec.model_validate(plan["spec"])
+    params = ReleaseGateParams.model_validate(plan["params"])
+    kind = spec.targets[0].provision_kind
+    provisioner = get_provisioner(kind).attach(run_id, provisioned["kinds"].get(kind),
+                                               settings)
+    measured = run_repetitions(spec, params, run_id, provisioner, settings)
+
+    def plain(value):
+        return None if isinstance(value, float) and math.isnan(value) else value
+
+    return {"cells": [{k: plain(c.get(k)) for k in CELL_FIELDS} for c in measured["cells"]],
+            "evals": [{k: e.get(k) for k in EVAL_FIELDS} for e in measured["evals"]]}
+
+
+def _interval(changes: list[float]) -> tuple[float, float, float]:
+    mean = statistics.fmean(changes)
+    if len(changes) < 2:
+        return mean, -math.inf, math.inf
+    half = stats.t.ppf(0.975, len(changes) - 1) * statistics.stdev(changes) / \
+        math.sqrt(len(changes))
+    return mean, mean - half, mean + half
+
+
+def decide(spec: SweepSpec, params: ReleaseGateParams, measured: dict) -> dict:
+    """The verdict: per cell and metric, quality, and overall (see the module doc)."""
+    target = spec.targets[0]
+    base_name = target.baseline
+    cand_name = next(v.name for v in target.variants if v.name != base_name)
+    by = {}
+    for cell in measured["cells"]:
+        by.setdefault((cell["workload"], cell["load_point"]), {}).setdefault(
+            cell["variant"], {})[cell["repetition"]] = cell
+    perf = []
+    for (workload, point), variants in sorted(by.items()):
+        for metric, threshold in params.thresholds.items():
+            sign = 1.0 if BY_COLUMN[metric].direction == "higher_is_worse" else -1.0
+            pairs = []
+            for rep, cand in variants.get(cand_name, {}).items():
+                base = variants.get(base_name, {}).get(rep)
+                if not base or cand.get("status") != "ok" or base.get("status") != "ok":
+                    continue
+                b, c = base.get(metric), cand.get(metric)
+                if b is None or c is None or b == 0 or math.isnan(b) or math.isnan(c):
+                    continue  # e.g. goodput 0 on both: nothing to compare
+                pairs.append(sign * (c / b - 1.0))
+            row = {"workload": workload, "load_point": point, "metric": metric,
+                   "threshold": threshold, "pairs": len(pairs)}
+            if len(pairs) < 2:
+                row.update(verdict="inconclusive", reason=f"{len(pairs)} valid repetition "
+                           "pair(s): cells failed or were invalid")
+            else:
+                mean, lo, hi = _interval(pairs)
+                row.update(worse_mean=mean, worse_ci_low=lo, worse_ci_high=hi)
+                if lo > 0 and mean > threshold:
+                    row["verdict"] = "fail"
+                elif hi <= threshold:
+                    row["verdict"] = "pass"
+                else:
+                    row["verdict"] = "inconclusive"
+            perf.append(row)
+    quality = gate_columns(spec, measured["evals"]).get((target.name, cand_name), {})
+    verdicts = [r["verdict"] for r in perf] + [quality.get("gate_verdict", "inconclusive")]
+    overall = "fail" if "fail" in verdicts else \
+        "inconclusive" if "inconclusive" in verdicts else "pass"
+    return {"target": target.name, "candidate": cand_name, "baseline": base_name,
+            "repetitions": params.repetitions, "overall": overall, "perf": perf,
+            "quality": {k: quality.get(k) for k in ("gate_verdict", "gate_reason",
+                                                    "gate_p_value", "gate_relative")},
+            "on_inconclusive": params.on_inconclusive}
+
+
+def render_verdict(decision: dict, run_id: str) -> str:
+    """The verdict as Markdown (file and Slack)."""
+    word = {"fail": "FAIL", "pass": "PASS", "inconclusive": "NEEDS A PERSON"}[
+        decision["overall"]]
+    if decision["overall"] == "inconclusive" and decision["on_inconclusive"] == "fail":
+        word = "FAIL (inconclusive, and this gate fails on that)"
+    q = decision["quality"]
+    out = [f"# Release gate: {decision['target']}/{decision['candidate']} vs "
+           f"{decision['baseline']}: **{word}**", "",
+           f"- **run**: `{run_id}` ({decision['repetitions']} interleaved repetitions "
+           "on one host)",
+           f"- **quality**: {q.get('gate_verdict')} -- {q.get('gate_reason') or ''}", "",
+           "| workload | load | metric | worse by (mean) | 95% interval | allowed | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for r in decision["perf"]:
+        if "worse_mean" in r:
+            mean = f"{r['worse_mean']:+.1%}"
+            ci = f"[{r['worse_ci_low']:+.1%}, {r['worse_ci_high']:+.1%}]"
+        else:
+            mean, ci = "n/a", r.get("reason", "")
+        out.append(f"| {r['workload']} | {r['load_point']} | {metric_label(r['metric'])} | "
+                   f"{mean} | {ci} | {r['threshold']:.0%} | **{r['verdict']}** |")
+    out += ["", "_Positive = worse (slower, less throughput). fail: the interval is above 0 "
+                "and the mean beyond what is allowed; pass: even the interval's worst end is "
+                "within it._"]
+    return "\n".join(out) + "\n"
+
+
+def conclude(decision: dict, run_id: str, settings: Settings | None = None) -> str:
+    """Keeps the verdict beside the results (and posts it to Slack where configured);
+    raises :class:`ReleaseGateFailed` when the candidate may not ship. Where it went."""
+    from servebench.notify.slack import post_digest
+    from servebench.pipeline import _slack_credentials, open_store
+
+    settings = settings or get_settings()
+    markdown = render_verdict(decision, run_id)
+    store = open_store(settings)
+    day = dt.datetime.now(dt.UTC).date().isoformat()
+    from servebench.results.store import encode_run_id
+
+    where = store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.md", markdown)
+    store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.json",
+                   json.dumps(decision, indent=2, default=str))
+    token, base_url = _slack_credentials(settings)
+    if token:
+        post_digest(markdown, token=token, channel=settings.slack_channel, base_url=base_url,
+                    files=[])
+        where += f" and Slack {settings.slack_channel}"
+    log.info("release gate verdict: %s (%s)", decision["overall"], where)
+    failing = decision["overall"] == "fail" or (
+        decision["overall"] == "inconclusive" and decision["on_inconclusive"] == "fail")
+    if failing:
+        raise ReleaseGateFailed(f"{decision['target']}/{decision['candidate']} "
+                                f"{decision['overall']}: see {where}\n{markdown}")
+    return where

@@ -1,0 +1,57 @@
+"""The release_gate DAG end to end with dag.test(): the local llama.cpp quants against f16 on
+this machine, interleaved repetitions, the verdict kept beside the results. The harsh quant
+(q2_k, which gets the adder's sums wrong) fails the run; q8_0 passes."""
+
+import pytest
+from servebench.settings import PROJECT_ROOT
+
+pytestmark = pytest.mark.integration
+
+BASE = {"target": "adder-llamacpp", "workloads": ["fixed-64x32"], "concurrency": [4]}
+
+
+@pytest.fixture(scope="module")
+def gates(tmp_path_factory):
+    from airflow.dag_processing.dagbag import DagBag
+
+    tmp = tmp_path_factory.mktemp("gate")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SERVEBENCH_RESULTS_URI", str(tmp / "data"))
+    mp.setenv("SERVEBENCH_WORK_DIR", str(tmp / "runs"))
+    mp.delenv("SLACK_BOT_TOKEN", raising=False)
+    try:
+        dag = DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags["release_gate"]
+        harsh = dag.test(run_conf={**BASE, "candidate": "q2_k", "repetitions": 2})
+        # the tiny model's cells last milliseconds on a shared 2-core VM: generous speed
+        # thresholds, so this run shows the pass path rather than the host's noise
+        fine = dag.test(run_conf={**BASE, "candidate": "q8_0", "repetitions": 3,
+                                  "thresholds": {"ttft_ms_p95": 1.0, "output_throughput": 0.5}})
+    finally:
+        mp.undo()
+    return harsh, fine, tmp / "data"
+
+
+def _verdict(data, dag_run) -> str:
+    from servebench.results.store import encode_run_id
+
+    [path] = data.glob(f"release_gates/date=*/{encode_run_id(dag_run.run_id)}.md")
+    return path.read_text()
+
+
+def test_the_harsh_quant_fails_the_run_with_a_readable_verdict(gates):
+    harsh, _, data = gates
+    states = {ti.task_id: ti.state for ti in harsh.get_task_instances()}
+    assert harsh.state == "failed" and states["verdict"] == "failed", states
+    assert states["release"] == "success"  # its servers are gone all the same
+    text = _verdict(data, harsh)
+    assert text.startswith("# Release gate: adder-llamacpp/q2_k vs f16: **FAIL**")
+    assert "- **quality**: fail" in text
+    assert "2 interleaved repetitions" in text
+
+
+def test_q8_0_passes(gates):
+    _, fine, data = gates
+    assert fine.state == "success"
+    text = _verdict(data, fine)
+    assert "**PASS**" in text.splitlines()[0], text
+    assert "| fixed-64x32 | c4 | TTFT p95 |" in text
