@@ -76,8 +76,8 @@ def release_gate():
 
     @task(retries=0)  # the verdict fails the run: a retry would only repeat it
     def verdict(plan: dict, measured: dict, run_id=None) -> str:
-        from servebench.release import ReleaseGateParams, conclude, decide
         from servebench.config import SweepSpec
+        from servebench.release import ReleaseGateParams, conclude, decide
 
         decision = decide(SweepSpec.model_validate(plan["spec"]),
                           ReleaseGateParams.model_validate(plan["params"]), measured)

@@ -205,6 +205,10 @@ def decide(spec: SweepSpec, params: ReleaseGateParams, measured: dict) -> dict:
             "on_inconclusive": params.on_inconclusive}
 
 
+LEGEND = ("_Positive = worse (slower, less throughput). fail: the interval is above 0 and the "
+          "mean beyond what is allowed; pass: even the interval's worst end is within it._")
+
+
 def render_verdict(decision: dict, run_id: str) -> str:
     """The verdict as Markdown (file and Slack)."""
     word = {"fail": "FAIL", "pass": "PASS", "inconclusive": "NEEDS A PERSON"}[
@@ -212,10 +216,10 @@ def render_verdict(decision: dict, run_id: str) -> str:
     if decision["overall"] == "inconclusive" and decision["on_inconclusive"] == "fail":
         word = "FAIL (inconclusive, and this gate fails on that)"
     q = decision["quality"]
-    out = [f"# Release gate: {decision['target']}/{decision['candidate']} vs "
-           f"{decision['baseline']}: **{word}**", "",
-           f"- **run**: `{run_id}` ({decision['repetitions']} interleaved repetitions "
-           "on one host)",
+    title = (f"# Release gate: {decision['target']}/{decision['candidate']} vs "
+             f"{decision['baseline']}: **{word}**")
+    reps = f"{decision['repetitions']} interleaved repetitions on one host"
+    out = [title, "", f"- **run**: `{run_id}` ({reps})",
            f"- **quality**: {q.get('gate_verdict')} -- {q.get('gate_reason') or ''}", "",
            "| workload | load | metric | worse by (mean) | 95% interval | allowed | verdict |",
            "|---|---|---|---|---|---|---|"]
@@ -227,9 +231,7 @@ def render_verdict(decision: dict, run_id: str) -> str:
             mean, ci = "n/a", r.get("reason", "")
         out.append(f"| {r['workload']} | {r['load_point']} | {metric_label(r['metric'])} | "
                    f"{mean} | {ci} | {r['threshold']:.0%} | **{r['verdict']}** |")
-    out += ["", "_Positive = worse (slower, less throughput). fail: the interval is above 0 "
-                "and the mean beyond what is allowed; pass: even the interval's worst end is "
-                "within it._"]
+    out += ["", LEGEND]
     return "\n".join(out) + "\n"
 
 
@@ -238,13 +240,12 @@ def conclude(decision: dict, run_id: str, settings: Settings | None = None) -> s
     raises :class:`ReleaseGateFailed` when the candidate may not ship. Where it went."""
     from servebench.notify.slack import post_digest
     from servebench.pipeline import _slack_credentials, open_store
+    from servebench.results.store import encode_run_id
 
     settings = settings or get_settings()
     markdown = render_verdict(decision, run_id)
     store = open_store(settings)
     day = dt.datetime.now(dt.UTC).date().isoformat()
-    from servebench.results.store import encode_run_id
-
     where = store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.md", markdown)
     store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.json",
                    json.dumps(decision, indent=2, default=str))
