@@ -357,7 +357,7 @@ def detect_regressions(summary: dict, settings: Settings | None = None) -> dict:
 
 
 # -- digest ----------------------------------------------------------------------------------
-def _slack_credentials(settings: Settings) -> tuple[str | None, str | None]:
+def slack_credentials(settings: Settings) -> tuple[str | None, str | None]:
     """(token, base_url) from $SLACK_BOT_TOKEN or the Airflow Slack connection; else None."""
     token = os.environ.get("SLACK_BOT_TOKEN")
     base_url = os.environ.get("SERVEBENCH_SLACK_BASE_URL")
@@ -473,7 +473,7 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
                            markdown)
     report = night.put_report(store, settings)
     log.info("report: %s", report)
-    token, base_url = _slack_credentials(settings)
+    token, base_url = slack_credentials(settings)
     try:
         ts = post_digest(markdown, token=token, channel=settings.slack_channel,
                          base_url=base_url, files=night.files)

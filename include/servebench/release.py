@@ -239,7 +239,7 @@ def conclude(decision: dict, run_id: str, settings: Settings | None = None) -> s
     """Keeps the verdict beside the results (and posts it to Slack where configured);
     raises :class:`ReleaseGateFailed` when the candidate may not ship. Where it went."""
     from servebench.notify.slack import post_digest
-    from servebench.pipeline import _slack_credentials, open_store
+    from servebench.pipeline import open_store, slack_credentials
     from servebench.results.store import encode_run_id
 
     settings = settings or get_settings()
@@ -249,7 +249,7 @@ def conclude(decision: dict, run_id: str, settings: Settings | None = None) -> s
     where = store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.md", markdown)
     store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.json",
                    json.dumps(decision, indent=2, default=str))
-    token, base_url = _slack_credentials(settings)
+    token, base_url = slack_credentials(settings)
     if token:
         post_digest(markdown, token=token, channel=settings.slack_channel, base_url=base_url,
                     files=[])
