@@ -95,6 +95,12 @@ def _sweep(aws, local_sweep, name: str, variants=("f16", "q8_0"), num_requests: 
     return str(path)
 
 
+def _write(aws, name: str, data: dict) -> str:
+    path = aws[5] / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
 def _instances(ec2, **tags) -> list[dict]:
     filters = [{"Name": "tag:project", "Values": ["servebench"]}] + [
         {"Name": f"tag:{k}", "Values": [v]} for k, v in tags.items()]
@@ -274,6 +280,86 @@ def test_a_full_instance_quota_waits_then_fails_before_launching(aws, local_swee
         state["adder-gpu"]["instance_id"]]
 
 
+@pytest.fixture
+def ec2_faults(monkeypatch):
+    """Scripted EC2 API errors, raised by moto's backend as AWS would answer them:
+    ``faults[method]`` is a list of error codes (None: works) used one per call;
+    ``calls[method]`` counts the calls that arrived."""
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.models import EC2Backend
+
+    faults: dict[str, list[str]] = {}
+    calls: dict[str, int] = {}
+    for method in ("run_instances", "terminate_instances"):
+        original = getattr(EC2Backend, method)
+
+        def failing(backend, *args, _original=original, _method=method, **kwargs):
+            calls[_method] = calls.get(_method, 0) + 1
+            code = faults[_method].pop(0) if faults.get(_method) else None
+            if code is not None:  # None in the script: this call goes through
+                raise EC2ClientError(code, f"injected {code}")
+            return _original(backend, *args, **kwargs)
+
+        monkeypatch.setattr(EC2Backend, method, failing)
+    return faults, calls
+
+
+def test_a_throttled_launch_is_retried_a_bounded_number_of_times(aws, local_sweep, ec2_faults):
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import API_MAX_ATTEMPTS, Ec2Provisioner
+
+    faults, calls = ec2_faults
+    spec = load_sweep(_sweep(aws, local_sweep, "throttled", variants=("f16",)))
+    faults["run_instances"] = ["RequestLimitExceeded"] * 2
+    state = Ec2Provisioner.acquire("throttled", spec.targets, get_settings(), dag_id="d")
+    assert calls["run_instances"] == 3  # two throttled, the third launched
+    Ec2Provisioner.attach("throttled", state, get_settings()).release()
+    faults["run_instances"] = ["RequestLimitExceeded"] * (API_MAX_ATTEMPTS + 3)
+    calls.clear()
+    with pytest.raises(Exception, match="RequestLimitExceeded"):
+        Ec2Provisioner.acquire("throttled-out", spec.targets, get_settings(), dag_id="d")
+    assert calls["run_instances"] == API_MAX_ATTEMPTS  # bounded: then it gives up
+
+
+def test_a_launch_that_fails_part_way_terminates_what_it_launched(aws, local_sweep, ec2_faults):
+    from servebench.config import load_sweep
+    from servebench.provision.base import LaunchError
+    from servebench.provision.ec2 import Ec2Provisioner
+
+    ec2 = aws[0]
+    faults, _ = ec2_faults
+    one = load_sweep(_sweep(aws, local_sweep, "first", variants=("f16",)))
+    two = yaml.safe_load(open(_sweep(aws, local_sweep, "second", variants=("f16",))))
+    two["targets"] = [one.targets[0].model_dump(mode="json"),
+                      {**one.targets[0].model_dump(mode="json"), "name": "adder-gpu-2"}]
+    spec = load_sweep(_write(aws, "two-targets", two))
+    faults["run_instances"] = [None, "InsufficientInstanceCapacity"]  # the second target's
+    with pytest.raises(LaunchError, match="InsufficientInstanceCapacity"):
+        Ec2Provisioner.acquire("part-way", spec.targets, get_settings(), dag_id="d")
+    [first] = _instances(ec2, run_id="part-way")
+    assert first["State"]["Name"] == "terminated"  # the first target's, not left running
+
+
+def test_a_failing_terminate_fails_the_teardown_by_name_and_the_janitor_ends_it(
+        aws, local_sweep, ec2_faults):
+    from servebench.config import load_sweep
+    from servebench.janitor import sweep_instances
+    from servebench.provision.ec2 import Ec2Provisioner, ReleaseError
+
+    ec2 = aws[0]
+    faults, _ = ec2_faults
+    spec = load_sweep(_sweep(aws, local_sweep, "stuck", variants=("f16",)))
+    state = Ec2Provisioner.acquire("stuck", spec.targets, get_settings(), dag_id="d")
+    faults["terminate_instances"] = ["UnauthorizedOperation"]
+    with pytest.raises(ReleaseError, match="UnauthorizedOperation"):
+        Ec2Provisioner.attach("stuck", state, get_settings()).release()
+    assert len(_live(ec2, run_id="stuck")) == 1
+    # the next janitor run: the DAG run "d"/"stuck" is not running
+    rows = sweep_instances(lambda dag_id, run_id: run_id != "stuck", "janitor-after-stuck")
+    assert [r["run_id"] for r in rows] == ["stuck"]
+    assert _live(ec2, run_id="stuck") == []
+
+
 KILLABLE = textwrap.dedent("""
     import sys, time
     from servebench import pipeline
@@ -342,8 +428,9 @@ def test_runs_killed_at_each_stage_leave_nothing_after_the_janitor(aws, local_sw
     assert _live(ec2, run_id="cli-expired") == []
     assert len(_live(ec2, run_id="cli-current")) == 1  # still within its time
     reaped = {r["run_id"]: r for r in recently_reaped(open_store(get_settings()))}
-    assert set(reaped) == {"killed-after-launch", "killed-measuring", "killed-teardown",
-                           "cli-expired"}
+    assert {"killed-after-launch", "killed-measuring", "killed-teardown",
+            "cli-expired"} <= set(reaped)
+    assert "cli-current" not in reaped
     assert "no longer running" in reaped["killed-measuring"]["reason"]
     assert "expired at" in reaped["cli-expired"]["reason"]
     lines = "\n".join(reaped_lines(list(reaped.values())))

@@ -54,6 +54,7 @@ CONTAINER = "servebench-server"
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 DIGEST_MARK = "servebench-image-digest:"  # the line the launch script prints
 SSM_POLL_S = 2.0
+API_MAX_ATTEMPTS = 5  # per EC2/SSM call, first try included
 QUOTA_POLL_S = 15.0
 
 
@@ -83,9 +84,13 @@ def _clients(conn_id: str, region: str | None):
     ``endpoint_url`` extra)."""
     from airflow.providers.amazon.aws.hooks.ec2 import EC2Hook
     from airflow.providers.amazon.aws.hooks.ssm import SsmHook
+    from botocore.config import Config
 
-    ec2 = EC2Hook(aws_conn_id=conn_id, region_name=region, api_type="client_type").conn
-    ssm = SsmHook(aws_conn_id=conn_id, region_name=region).conn
+    # throttling and 5xx are retried with backoff, a bounded number of times
+    config = Config(retries={"mode": "standard", "total_max_attempts": API_MAX_ATTEMPTS})
+    ec2 = EC2Hook(aws_conn_id=conn_id, region_name=region, api_type="client_type",
+                  config=config).conn
+    ssm = SsmHook(aws_conn_id=conn_id, region_name=region, config=config).conn
     return ec2, ssm
 
 
