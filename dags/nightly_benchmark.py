@@ -56,10 +56,9 @@ def nightly_benchmark():
     @teardown
     @task(execution_timeout=timedelta(minutes=30))
     def release(provisioned: dict | None, plan: dict | None, run_id=None) -> dict:
-        from servebench.pipeline import teardown as teardown_hosts
+        from servebench.pipeline import release_run
 
-        return {"released": teardown_hosts(provisioned, run_id, plan=plan),
-                "acquire_s": (provisioned or {}).get("acquire_s")}  # for the runs row
+        return release_run(provisioned, run_id, plan)  # with the phase times the runs row keeps
 
     # all_done: a unit that crashed becomes failed cells with a reason, never a missing row
     @task(trigger_rule="all_done")
@@ -68,8 +67,7 @@ def nightly_benchmark():
 
         logical = get_current_context().get("logical_date") or dag_run.run_after
         return aggregate_and_publish(plan, run_id, logical, dag_run.dag_id,
-                                     started_at=dag_run.start_date,
-                                     acquire_s=(released or {}).get("acquire_s"))
+                                     started_at=dag_run.start_date, released=released)
 
     @task
     def detect(summary: dict) -> dict:

@@ -242,12 +242,11 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
                     log.exception("unit %s failed", unit["unit_id"])
                 progress.advance(units)
     finally:
-        released = pipeline.teardown(provisioned, run_id, plan=plan)
-        if released:
-            print(f"released what the run left: {released}", file=sys.stderr)
+        released = pipeline.release_run(provisioned, run_id, plan)
+        if released["released"]:
+            print(f"released what the run left: {released['released']}", file=sys.stderr)
     summary = pipeline.aggregate_and_publish(plan, run_id, now, pipeline.CLI_DAG_ID,
-                                             started_at=now,
-                                             acquire_s=(provisioned or {}).get("acquire_s"))
+                                             started_at=now, released=released)
     summary = pipeline.detect_regressions(summary)
     print(f"digest: {pipeline.send_digest(summary)}")
     return _summary(run_id, require_ok=False)

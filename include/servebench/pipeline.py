@@ -228,6 +228,16 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
     return released
 
 
+def release_run(provisioned: dict | None, run_id: str, plan: dict | None,
+                settings: Settings | None = None) -> dict:
+    """The DAG's teardown task: :func:`teardown`, timed; what the publish records of setup
+    and teardown (``acquire_s``, ``teardown_s``) and what was released."""
+    t0 = time.monotonic()
+    released = teardown(provisioned, run_id, settings, plan=plan)
+    return {"released": released, "acquire_s": (provisioned or {}).get("acquire_s"),
+            "teardown_s": time.monotonic() - t0}
+
+
 # -- bench -----------------------------------------------------------------------------------
 def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
                settings: Settings | None = None,
@@ -259,9 +269,10 @@ def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
 def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | None,
                           dag_id: str, started_at: dt.datetime | None = None,
                           settings: Settings | None = None,
-                          acquire_s: float | None = None) -> dict:
+                          released: dict | None = None) -> dict:
     """Collect every unit's rows (a unit that left none becomes failed cells), price what
-    the run paid for (the teardown's hosts, the units' server time), publish."""
+    the run paid for (the teardown's hosts, the units' server time), publish. ``released``
+    is :func:`release_run`'s answer (setup and teardown times)."""
     settings = settings or get_settings()
     spec = SweepSpec.model_validate(plan["spec"])
     store = open_store(settings)
@@ -284,8 +295,8 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
     gates, cross = gate_columns(spec, evals), cross_stack_columns(spec, evals)
     now = dt.datetime.now(dt.UTC)
     hosts = scratch.get(TEARDOWN_SCRATCH, {}).get("hosts")
-    bill = paid(hosts.to_pylist() if hosts is not None else [],
-                combined["units"].to_pylist(),
+    units = combined["units"].to_pylist()
+    bill = paid(hosts.to_pylist() if hosts is not None else [], units,
                 {t.name: t.price_per_hour(spec.price_per_hour) for t in spec.targets}, now)
     combined["hosts"] = rows_to_table("hosts", bill.hosts)
     cells = [{**row, **gates.get((row["target"], row["variant"]), {}),
@@ -303,7 +314,10 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
         "n_cells": len(statuses), "n_ok": statuses.count("ok"),
         "n_invalid": statuses.count("invalid"), "n_failed": statuses.count("failed"),
         "spec_json": spec.model_dump_json(),
-        "acquire_s": acquire_s,
+        "acquire_s": (released or {}).get("acquire_s"),
+        "teardown_s": (released or {}).get("teardown_s"),
+        **{phase: sum(u.get(phase) or 0.0 for u in units)
+           for phase in ("load_s", "warmup_s", "golden_s", "stop_s")},
         "paid_s": sum(bill.paid_s.values()), "measure_s": sum(bill.measure_s.values()),
         "sweep_efficiency": bill.sweep_efficiency, "paid_usd": sum(bill.paid_usd.values()),
     }])
