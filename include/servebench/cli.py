@@ -63,7 +63,8 @@ def _summary(run_id: str | None, require_ok: bool) -> int:
         for line in gates:
             print("  " + line)
     print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
-    print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals, regressions)")
+    print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals, units, "
+          "hosts, regressions)")
     digests = [f for f in store.find(f"digests/date={run['run_date']}") if f.endswith(".md")]
     if digests:
         print("digest: " + ", ".join(digests))
