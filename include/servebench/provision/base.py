@@ -27,10 +27,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
+
+import httpx
 
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
@@ -154,8 +157,6 @@ class Provisioner(ABC):
 def served_engine_version(adapter: StackAdapter, endpoint: Endpoint) -> str | None:
     """The version a running server reports at ``adapter.version_path`` (None: the stack
     has no such path, or the server did not say)."""
-    import httpx  # imported here: the interface module stays light
-
     if adapter.version_path is None:
         return None
     url = endpoint.base_url + adapter.version_path
@@ -167,6 +168,31 @@ def served_engine_version(adapter: StackAdapter, endpoint: Endpoint) -> str | No
         log.warning("%s: no engine version from %s: %s", endpoint.name, url, exc)
         return None
     return adapter.served_version(payload) if isinstance(payload, dict) else None
+
+
+def poll_health(url: str, deadline: float, *, headers: dict[str, str] | None = None,
+                ended: Callable[[], str | None] | None = None,
+                interval_s: float = 1.0) -> str | None:
+    """GETs ``url`` until it answers 200 (None) or ``deadline`` (``time.monotonic()``) passes:
+    then what it last answered. ``ended()`` is asked before each try: a server that has ended
+    (its process exited, its instance or pod is gone) raises :class:`LaunchError` with it."""
+    last = "no answer"
+    with httpx.Client(timeout=10.0, headers=headers or {}) as client:
+        while True:
+            why = ended() if ended is not None else None
+            if why:
+                raise LaunchError(why)
+            try:
+                response = client.get(url)
+            except httpx.HTTPError as exc:
+                last = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code == 200:
+                    return None
+                last = f"HTTP {response.status_code}"
+            if time.monotonic() >= deadline:
+                return last
+            time.sleep(interval_s)
 
 
 _REGISTRY: dict[str, type[Provisioner]] = {}

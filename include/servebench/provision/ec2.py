@@ -29,7 +29,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-import httpx
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
 from servebench.config import Ec2Provision
@@ -38,6 +37,7 @@ from servebench.provision.base import (
     LaunchError,
     Provisioner,
     Reaped,
+    poll_health,
     register_provisioner,
     served_engine_version,
 )
@@ -304,22 +304,10 @@ class Ec2Provisioner(Provisioner):
     def _wait_healthy(self, endpoint: Endpoint, path: str, deadline: float, ssm,
                       iid: str) -> None:
         url = endpoint.base_url + path
-        last = "no answer"
-        with httpx.Client(timeout=10.0) as client:
-            while time.monotonic() < deadline:
-                gone = self._instance_gone(endpoint.name)
-                if gone:
-                    raise LaunchError(gone)
-                try:
-                    response = client.get(url)
-                except httpx.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                else:
-                    if response.status_code == 200:
-                        log.info("%s: %s healthy on %s", endpoint.name, url, iid)
-                        return
-                    last = f"HTTP {response.status_code}"
-                time.sleep(1.0)
+        last = poll_health(url, deadline, ended=lambda: self._instance_gone(endpoint.name))
+        if last is None:
+            log.info("%s: %s healthy on %s", endpoint.name, url, iid)
+            return
         logs = ""
         try:
             logs = self._run(ssm, iid, [f"docker logs --tail 40 {CONTAINER} 2>&1 || true"],

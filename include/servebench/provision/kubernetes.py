@@ -23,14 +23,13 @@ import re
 import time
 from typing import TYPE_CHECKING
 
-import httpx
-
 from servebench.config import KubernetesProvision
 from servebench.provision.base import (
     Endpoint,
     LaunchError,
     Provisioner,
     Reaped,
+    poll_health,
     register_provisioner,
     served_engine_version,
 )
@@ -201,23 +200,16 @@ class KubernetesProvisioner(Provisioner):
 
     def _wait_healthy(self, endpoint: Endpoint, path: str, spec: KubernetesProvision, api,
                       obj: str) -> None:
-        deadline = time.monotonic() + spec.health_timeout_s
-        last = "no answer"
-        while time.monotonic() < deadline:
-            ended = self._pod_ended(api, spec.namespace, obj)
-            if ended:
-                raise LaunchError(ended, argv=endpoint.argv)
-            try:
-                response = httpx.get(endpoint.base_url + path, timeout=10.0)
-            except httpx.HTTPError as exc:
-                last = f"{type(exc).__name__}: {exc}"
-            else:
-                if response.status_code == 200:
-                    return
-                last = f"HTTP {response.status_code}"
-            time.sleep(2.0)
-        raise LaunchError(f"{endpoint.base_url}{path} not healthy after "
-                          f"{spec.health_timeout_s:g}s (last: {last})", argv=endpoint.argv)
+        try:
+            last = poll_health(endpoint.base_url + path,
+                               time.monotonic() + spec.health_timeout_s, interval_s=2.0,
+                               ended=lambda: self._pod_ended(api, spec.namespace, obj))
+        except LaunchError as exc:
+            exc.argv = endpoint.argv
+            raise
+        if last is not None:
+            raise LaunchError(f"{endpoint.base_url}{path} not healthy after "
+                              f"{spec.health_timeout_s:g}s (last: {last})", argv=endpoint.argv)
 
     @staticmethod
     def _pod_ended(api, namespace: str, obj: str) -> str | None:

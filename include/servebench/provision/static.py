@@ -16,13 +16,12 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import httpx
-
 from servebench.config import HOSTED_STACKS, EndpointSpec, StaticProvision
 from servebench.provision.base import (
     Endpoint,
     LaunchError,
     Provisioner,
+    poll_health,
     register_provisioner,
     served_engine_version,
 )
@@ -122,23 +121,11 @@ class StaticProvisioner(Provisioner):
     @staticmethod
     def _wait_healthy(endpoint: Endpoint, path: str, timeout_s: float) -> None:
         url = endpoint.base_url + path
-        deadline = time.monotonic() + timeout_s
-        last = "no answer"
-        with httpx.Client(timeout=10.0, headers=endpoint.headers) as client:
-            while True:
-                try:
-                    response = client.get(url)
-                except httpx.HTTPError as exc:
-                    last = f"{type(exc).__name__}: {exc}"
-                else:
-                    if response.status_code == 200:
-                        log.info("%s: static endpoint %s healthy", endpoint.name, url)
-                        return
-                    last = f"HTTP {response.status_code}"
-                if time.monotonic() >= deadline:
-                    raise LaunchError(f"static endpoint {url} not healthy after "
-                                      f"{timeout_s:g}s (last: {last})")
-                time.sleep(1.0)
+        last = poll_health(url, time.monotonic() + timeout_s, headers=endpoint.headers)
+        if last is not None:
+            raise LaunchError(f"static endpoint {url} not healthy after {timeout_s:g}s "
+                              f"(last: {last})")
+        log.info("%s: static endpoint %s healthy", endpoint.name, url)
 
     def stop(self, endpoint: Endpoint) -> None:
         log.info("%s: done with static endpoint %s (left running)", endpoint.name,
