@@ -23,9 +23,10 @@ def gates(tmp_path_factory):
         dag = DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags["release_gate"]
         harsh = dag.test(run_conf={**BASE, "candidate": "q2_k", "repetitions": 2})
         # the tiny model's cells last milliseconds on a shared 2-core VM: generous speed
-        # thresholds, so this run shows the pass path rather than the host's noise
-        fine = dag.test(run_conf={**BASE, "candidate": "q8_0", "repetitions": 3,
-                                  "thresholds": {"ttft_ms_p95": 1.0, "output_throughput": 0.5}})
+        # thresholds on robust statistics, so this run shows the pass path, not the host's
+        # noise (a single 20 ms stall doubles a TTFT p95 here)
+        fine = dag.test(run_conf={**BASE, "candidate": "q8_0", "repetitions": 4,
+                                  "thresholds": {"ttft_ms_p50": 2.0, "output_throughput": 0.5}})
     finally:
         mp.undo()
     return harsh, fine, tmp / "data"
@@ -54,4 +55,4 @@ def test_q8_0_passes(gates):
     assert fine.state == "success"
     text = _verdict(data, fine)
     assert "**PASS**" in text.splitlines()[0], text
-    assert "| fixed-64x32 | c4 | TTFT p95 |" in text
+    assert "| fixed-64x32 | c4 | TTFT p50 |" in text
