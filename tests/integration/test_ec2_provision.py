@@ -18,6 +18,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import yaml
@@ -201,7 +202,7 @@ def test_variants_relaunch_the_container_in_place_reached_over_the_instance_addr
 
 def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
     from servebench.config import load_sweep
-    from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.provision.ec2 import Ec2Provisioner, client_token
 
     ec2, *_ = aws
     spec = load_sweep(_sweep(aws, local_sweep, "retry", variants=("f16",)))
@@ -212,6 +213,14 @@ def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
     released = Ec2Provisioner.attach("retry-run", None, get_settings()).release()
     assert released == [first["adder-gpu"]["instance_id"]]
     assert _live(ec2, run_id="retry-run") == []
+    # a retry after that instance ended (the failed try cleaned up) launches the next attempt
+    third = Ec2Provisioner.acquire("retry-run", spec.targets, get_settings(), dag_id="d")
+    assert third["adder-gpu"]["instance_id"] != first["adder-gpu"]["instance_id"]
+    [fresh] = [i for i in _instances(ec2, run_id="retry-run")
+               if i["InstanceId"] == third["adder-gpu"]["instance_id"]]
+    tags = {t["Key"]: t["Value"] for t in fresh["Tags"]}
+    assert tags["launch_token"] == client_token("retry-run", "adder-gpu", 1)
+    Ec2Provisioner.attach("retry-run", third, get_settings()).release()
 
 
 def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch):
@@ -331,7 +340,8 @@ def test_a_launch_that_fails_part_way_terminates_what_it_launched(aws, local_swe
     ec2 = aws[0]
     faults, _ = ec2_faults
     one = load_sweep(_sweep(aws, local_sweep, "first", variants=("f16",)))
-    two = yaml.safe_load(open(_sweep(aws, local_sweep, "second", variants=("f16",))))
+    two = yaml.safe_load(Path(_sweep(aws, local_sweep, "second", variants=("f16",)))
+                         .read_text())
     two["targets"] = [one.targets[0].model_dump(mode="json"),
                       {**one.targets[0].model_dump(mode="json"), "name": "adder-gpu-2"}]
     spec = load_sweep(_write(aws, "two-targets", two))

@@ -421,19 +421,25 @@ def _spec(target: TargetSpec) -> Ec2Provision:
     return target.provision
 
 
-def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str, target: str,
-                  attempt: int = 0) -> dict:
-    """The target's instance for this run and attempt: the one already launched (a retried
-    setup task), else a new one. The ``launch_token`` tag finds it; the same value as
-    ``ClientToken`` makes EC2 itself answer a repeated request with the first instance
-    (two tries racing past the lookup still get one instance)."""
-    token = client_token(run_id, target, attempt)
-    found = _instances(ec2, [{"Name": "tag:launch_token", "Values": [token]},
-                             {"Name": "instance-state-name", "Values": LIVE_STATES}])
-    if found:
-        log.info("%s: instance %s of this run already launched (a retried setup)", target,
-                 found[0]["InstanceId"])
-        return found[0]
+def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str, target: str) -> dict:
+    """The target's instance for this run: the one already launched (a retried setup task),
+    else a new one. The ``launch_token`` tag finds it; the same value as ``ClientToken``
+    makes EC2 itself answer a repeated request with the first instance (two tries racing past
+    the lookup still get one instance). An attempt whose instance has ended (a failed setup
+    cleaned up, a spot interruption) is spent: the next attempt's token launches anew, where
+    the old token would only get the terminated instance back."""
+    attempt = 0
+    while True:
+        token = client_token(run_id, target, attempt)
+        found = _instances(ec2, [{"Name": "tag:launch_token", "Values": [token]}])
+        live = [i for i in found if i["State"]["Name"] in LIVE_STATES]
+        if live:
+            log.info("%s: instance %s of this run already launched (a retried setup)",
+                     target, live[0]["InstanceId"])
+            return live[0]
+        if not found:
+            break
+        attempt += 1
     _wait_for_quota(ec2, spec, run_id)
     expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=spec.ttl_hours)
     tags = [{"Key": PROJECT_TAG, "Value": PROJECT}, {"Key": "run_id", "Value": run_id},
