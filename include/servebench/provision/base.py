@@ -195,6 +195,23 @@ def poll_health(url: str, deadline: float, *, headers: dict[str, str] | None = N
             time.sleep(interval_s)
 
 
+def project_provisions(settings: Settings, kind: type) -> list:
+    """The ``provision`` specs of type ``kind`` of every target in the project's sweep specs
+    (``include/sweeps/``): where a janitor, or a teardown without state, looks. A sweep that
+    does not validate is skipped, with a warning."""
+    from servebench.config import SpecError, load_sweep
+
+    found = []
+    for path in sorted((settings.project_root / "include" / "sweeps").glob("*.yaml")):
+        try:
+            spec = load_sweep(path)
+        except SpecError:
+            log.warning("skipping %s: not a valid sweep", path)
+            continue
+        found += [t.provision for t in spec.targets if isinstance(t.provision, kind)]
+    return found
+
+
 _REGISTRY: dict[str, type[Provisioner]] = {}
 
 

@@ -38,6 +38,7 @@ from servebench.provision.base import (
     Provisioner,
     Reaped,
     poll_health,
+    project_provisions,
     register_provisioner,
     served_engine_version,
 )
@@ -547,20 +548,9 @@ def _known_places(settings: Settings) -> set[tuple[str, str | None]]:
     """(AWS connection, region) where a teardown without state and the janitor look for
     instances: the settings' AWS connection (where defined) in its own region, and every
     ec2 target's in the project's sweep specs."""
-    from servebench.config import SpecError, load_sweep
-
-    places: set[tuple[str, str | None]] = set()
+    places = {(p.aws_conn_id, p.region) for p in project_provisions(settings, Ec2Provision)}
     if _has_connection(settings.aws_conn_id):  # a project without AWS has nothing to find
         places.add((settings.aws_conn_id, None))
-    for path in sorted((settings.project_root / "include" / "sweeps").glob("*.yaml")):
-        try:
-            spec = load_sweep(path)
-        except SpecError:
-            log.warning("skipping %s: not a valid sweep", path)
-            continue
-        for target in spec.targets:
-            if isinstance(target.provision, Ec2Provision):
-                places.add((target.provision.aws_conn_id, target.provision.region))
     return places
 
 

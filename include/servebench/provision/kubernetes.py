@@ -30,6 +30,7 @@ from servebench.provision.base import (
     Provisioner,
     Reaped,
     poll_health,
+    project_provisions,
     register_provisioner,
     served_engine_version,
 )
@@ -282,18 +283,8 @@ class KubernetesProvisioner(Provisioner):
 
 def _known_places(settings: Settings) -> set[tuple[str, str | None, str | None]]:
     """(namespace, context, kubeconfig) of every kubernetes target in the project's sweeps."""
-    from servebench.config import SpecError, load_sweep
-
-    places = set()
-    for path in sorted((settings.project_root / "include" / "sweeps").glob("*.yaml")):
-        try:
-            spec = load_sweep(path)
-        except SpecError:
-            log.warning("skipping %s: not a valid sweep", path)
-            continue
-        places |= {(t.provision.namespace, t.provision.context, t.provision.kubeconfig)
-                   for t in spec.targets if isinstance(t.provision, KubernetesProvision)}
-    return places
+    return {(p.namespace, p.context, p.kubeconfig)
+            for p in project_provisions(settings, KubernetesProvision)}
 
 
 def reap(settings: Settings, run_is_live, now: dt.datetime) -> list[Reaped]:
