@@ -310,7 +310,9 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
         "dag_id": dag_id, "sweep_name": spec.name, "sweep_file": plan["sweep_file"],
         "sweep_hash": plan["sweep_hash"], "sampling_hash": plan["sampling_hash"],
         "sampling_json": spec.sampling.model_dump_json(), "suite_git_sha": suite_git_sha(),
-        "hardware": hardware(), "started_at": started_at or now, "finished_at": now,
+        # what the cells ran on (a provisioned host's, not this worker's), one of each
+        "hardware": "; ".join(sorted({c["hardware"] for c in cells if c.get("hardware")}))
+                    or hardware(), "started_at": started_at or now, "finished_at": now,
         "n_cells": len(statuses), "n_ok": statuses.count("ok"),
         "n_invalid": statuses.count("invalid"), "n_failed": statuses.count("failed"),
         "spec_json": spec.model_dump_json(),

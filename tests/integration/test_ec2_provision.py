@@ -171,6 +171,7 @@ def test_the_run_is_priced_by_the_instance_it_paid_for(aws, nightly_on_ec2):
     assert run["paid_s"] == host["billed_s"] and run["paid_usd"] == host["cost_usd"]
     assert run["measure_s"] == pytest.approx(units["measure_s"].sum())
     assert 0 < run["sweep_efficiency"] < 1 and run["acquire_s"] > 0 and run["teardown_s"] > 0
+    assert run["hardware"] == "aws g6.xlarge"  # the instance's, not the worker's
     for phase in ("load_s", "warmup_s", "golden_s", "stop_s"):  # the units' phases, summed
         assert run[phase] == pytest.approx(units[phase].sum()), phase
     cells = store.read_table("cells", run_ids=[dag_run.run_id]).to_pandas()
