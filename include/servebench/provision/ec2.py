@@ -235,13 +235,12 @@ class Ec2Provisioner(Provisioner):
 
     # -- per variant ------------------------------------------------------------------------
     def launch(self, name, target, variant, adapter) -> Endpoint:
+        # imported here: the stacks import this package
+        from servebench.stacks.base import hub_cache_dir
+
         spec = _spec(target)
         facts = self._facts(target.name)
         launch = adapter.container_launch(variant, port=spec.port, settings=self.settings)
-        from servebench.stacks.base import (
-            hub_cache_dir,  # stacks import the provisioners
-        )
-
         _, ssm = self._clients(facts)
         script = render_script(launch, spec, hub_cache=str(hub_cache_dir()))
         iid = facts["instance_id"]
@@ -325,6 +324,12 @@ class Ec2Provisioner(Provisioner):
             self._client_cache[key] = _clients(*key)
         return self._client_cache[key]
 
+    def _places(self) -> set[tuple[str, str | None]]:
+        """Where this run's instances are: its targets' (connection, region), or, without the
+        setup task's state, every place the project's ec2 targets use."""
+        return {(f["conn_id"], f["region"]) for f in self.state.values()} or \
+            _known_places(self.settings)
+
     def _facts(self, target: str) -> dict:
         facts = self.state.get(target)
         if not facts or "address" not in facts:
@@ -389,8 +394,7 @@ class Ec2Provisioner(Provisioner):
     def paid_hosts(self) -> list[dict]:
         """Every instance tagged with this run, whatever its state: launch time and, once
         terminated, the time EC2 gives in its state transition reason."""
-        places = {(f["conn_id"], f["region"]) for f in self.state.values()} or \
-            _known_places(self.settings)
+        places = self._places()
         hosts = []
         for conn_id, region in sorted(places, key=str):
             ec2, _ = _clients(conn_id, region)
@@ -406,8 +410,7 @@ class Ec2Provisioner(Provisioner):
     def release(self) -> list[str]:
         """Terminates every instance tagged with this run (found by tag, so a setup task
         that died between launching and returning its state leaks nothing)."""
-        places = {(f["conn_id"], f["region"]) for f in self.state.values()} or \
-            _known_places(self.settings)
+        places = self._places()
         try:
             return _terminate_run(self.run_id, places)
         except (ClientError, BotoCoreError) as exc:

@@ -148,6 +148,15 @@ class KubernetesProvisioner(Provisioner):
     def __init__(self, run_id: str, state: dict, settings: Settings):
         self.run_id, self.state, self.settings = run_id, state, settings
         self._launched: dict[str, tuple[KubernetesProvision, str]] = {}  # endpoint -> (spec, name)
+        self._apis: dict[tuple, object] = {}  # (context, kubeconfig) -> CoreV1Api
+
+    def _api(self, spec: KubernetesProvision):
+        """The cluster's API client, loaded once per provisioner (exited() is asked per
+        cell)."""
+        key = (spec.context, spec.kubeconfig)
+        if key not in self._apis:
+            self._apis[key] = _core_api(spec)
+        return self._apis[key]
 
     @classmethod
     def acquire(cls, run_id, targets, settings, *, dag_id: str = "") -> dict:
@@ -183,7 +192,7 @@ class KubernetesProvisioner(Provisioner):
         manifests = render(launch, spec, name=obj, run_id=self.run_id,
                            dag_id=self.state.get("dag_id", ""), target=target.name,
                            hub_cache=str(hub_cache_dir()))
-        api = _core_api(spec)
+        api = self._api(spec)
         self._launched[name] = (spec, obj)
         creators = {"ConfigMap": api.create_namespaced_config_map,
                     "Pod": api.create_namespaced_pod, "Service": api.create_namespaced_service}
@@ -230,12 +239,12 @@ class KubernetesProvisioner(Provisioner):
         if endpoint.name not in self._launched:
             return None
         spec, obj = self._launched[endpoint.name]
-        return self._pod_ended(_core_api(spec), spec.namespace, obj)
+        return self._pod_ended(self._api(spec), spec.namespace, obj)
 
     def stop(self, endpoint: Endpoint) -> None:
         if endpoint.name in self._launched:
             spec, obj = self._launched.pop(endpoint.name)
-            _delete(_core_api(spec), spec.namespace, f"servebench/unit={obj}")
+            _delete(self._api(spec), spec.namespace, f"servebench/unit={obj}")
 
     def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
         """The pod, its node, and the image digest the kubelet pulled (``imageID``)."""
@@ -245,7 +254,7 @@ class KubernetesProvisioner(Provisioner):
             return {"host": None, "image": None}
         spec, obj = self._launched[endpoint.name]
         try:
-            pod = _core_api(spec).read_namespaced_pod(obj, spec.namespace)
+            pod = self._api(spec).read_namespaced_pod(obj, spec.namespace)
         except ApiException:
             return {"host": f"{spec.namespace}/{obj}", "image": None}
         statuses = pod.status.container_statuses or []
@@ -276,7 +285,7 @@ class KubernetesProvisioner(Provisioner):
         for namespace, context, kubeconfig in self.state.get("places", []):
             spec = KubernetesProvision(kind="kubernetes", namespace=namespace,
                                        context=context or None, kubeconfig=kubeconfig or None)
-            gone += _delete(_core_api(spec), namespace,
+            gone += _delete(self._api(spec), namespace,
                             f"{RUN_LABEL}={run_label(self.run_id)}")
         return gone
 
