@@ -159,6 +159,16 @@ class GateSpec(_Strict):
     floor: float = Field(0.99, gt=0, le=1, description="minimum accuracy relative to baseline")
 
 
+class TrendsSpec(_Strict):
+    """How the nightly detector judges this sweep's history (``servebench.trends``)."""
+
+    min_change: float = Field(
+        0.005, ge=0, lt=1,
+        description="smallest relative change of a perf metric worth an alert, on top of each "
+                    "series' own noise (accuracy keeps its binomial test); raise it where the "
+                    "host's own speed wanders, e.g. 0.2 on a shared VM")
+
+
 class SpeculativeSpec(_Strict):
     """Speculative decoding for one variant; each adapter maps it to its engine's own knobs.
 
@@ -414,6 +424,7 @@ class SweepSpec(_Strict):
     golden_sets: list[GoldenSetRef] = Field(default_factory=list)
     gate: GateSpec = GateSpec()
     cross_stack: list[CrossStackGroup] = Field(default_factory=list)
+    trends: TrendsSpec = TrendsSpec()
     targets: list[TargetSpec] = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -443,7 +454,10 @@ class SweepSpec(_Strict):
         return self
 
     def spec_hash(self) -> str:
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()
+        """What the runs measured: how their history is judged (``trends``) is not part of
+        it, so raising the alert floor is not a sweep change that breaks comparability."""
+        payload = json.dumps(self.model_dump(mode="json", exclude={"trends"}),
+                             sort_keys=True).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
 
     def golden_set(self, name: str) -> GoldenSetRef:

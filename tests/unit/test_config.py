@@ -75,3 +75,14 @@ def test_sampling_hash_is_stable_and_sensitive():
     b = parse_sweep(data, "b").sampling
     assert a.spec_hash() == parse_sweep(_local(), "c").sampling.spec_hash()
     assert a.spec_hash() != b.spec_hash()
+
+
+def test_the_alert_floor_is_not_part_of_what_a_sweep_measured():
+    data = _local()
+    data["trends"] = {"min_change": 0.2}
+    raised = parse_sweep(data, "a")
+    assert raised.trends.min_change == 0.2
+    assert raised.spec_hash() == parse_sweep(_local(), "b").spec_hash()  # no "sweep changed"
+    data["trends"] = {"min_change": 1.5}
+    with pytest.raises(SpecError, match=r"trends\.min_change"):
+        parse_sweep(data, "c.yaml")

@@ -267,3 +267,21 @@ def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
     flat[14] = 2710
     assert _attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2, values=flat) == (
         10, NOTHING_CHANGED)
+
+
+def test_the_sweeps_alert_floor_silences_changes_below_it(history):
+    """``trends.min_change`` of the run's sweep is the smallest change raised: q4's +15% TTFT
+    p95 is news at the default floor and not at 20% (a team on a host whose speed wanders)."""
+    from servebench.trends.nightly import detect_night, detector_settings
+
+    store, _, _ = history
+    alerts = store.read_table("regressions").to_pandas()
+    run_id = alerts[alerts["kind"] == "regression"]["run_id"].iloc[0]  # the morning it came
+    assert any(r["kind"] == "regression" for r in detect_night(store, run_id))
+    floor = detector_settings('{"trends": {"min_change": 0.2}}')
+    assert floor.min_rel_change == 0.2
+    assert not [r for r in detect_night(store, run_id, settings=floor)
+                if r["kind"] == "regression"]
+    # older runs (no trends section) and a floor under the measured default keep the default
+    assert detector_settings(None).min_rel_change == detector_settings(
+        '{"trends": {"min_change": 0.0}}').min_rel_change == 0.005

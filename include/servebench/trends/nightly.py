@@ -21,6 +21,7 @@ one **finding** (an engine upgrade that slows 40 series is one regression, not 4
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -30,6 +31,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
+from servebench.config import TrendsSpec
 from servebench.results.store import ResultStore
 from servebench.trends.annotations import Annotation, reset_night
 from servebench.trends.detect import DetectorSettings, detect, noise_sigma
@@ -51,9 +53,10 @@ RECORDED_STEP_SHARE = 0.75  # a later recorded change, stepping this share as fa
 
 def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
                  settings: DetectorSettings | None = None) -> list[dict]:
-    """Rows for the ``regressions`` table of committed run ``run_id``."""
-    s = settings or DetectorSettings()
+    """Rows for the ``regressions`` table of committed run ``run_id``, judged with
+    ``settings`` (default: the detector's, with the run's sweep's ``trends`` floor)."""
     runs, cells, series = load_history(store, run_id)
+    s = settings or detector_settings(runs["spec_json"].iloc[-1])
     tonight = int(runs["night"].iloc[-1])
     run_ids = runs["run_id"].tolist()
     earlier = store.read_table("regressions", run_ids=run_ids[:-1]).to_pandas()
@@ -115,6 +118,15 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
     log.info("detect %s: %d alerts (%s)", run_id, len(rows),
              pd.Series([r["kind"] for r in rows], dtype=str).value_counts().to_dict())
     return rows
+
+
+def detector_settings(spec_json: str | None) -> DetectorSettings:
+    """The detector's settings for a run of the sweep whose spec is ``spec_json``: the
+    measured defaults, with the sweep's ``trends.min_change`` as the smallest change raised."""
+    spec = json.loads(spec_json) if isinstance(spec_json, str) and spec_json else {}
+    trends = TrendsSpec.model_validate(spec.get("trends") or {})
+    return dataclasses.replace(DetectorSettings(), min_rel_change=max(
+        DetectorSettings.min_rel_change, trends.min_change))
 
 
 def load_history(store: ResultStore, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame,
