@@ -18,6 +18,7 @@ GGUFS := $(addprefix $(MODELS)/adder-3m-,f16.gguf q8_0.gguf q4_k_m.gguf q2_k.ggu
 # Airflow runs from a project-local home: SQLite, no examples, dags/ as the dags folder.
 export AIRFLOW_HOME := $(ROOT)/.airflow
 export AIRFLOW__CORE__DAGS_FOLDER := $(ROOT)/dags
+export AIRFLOW__CORE__PLUGINS_FOLDER := $(ROOT)/plugins
 export AIRFLOW__CORE__LOAD_EXAMPLES := False
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN := sqlite:///$(ROOT)/.airflow/airflow.db
 export AIRFLOW__CORE__UNIT_TEST_MODE := False

@@ -25,7 +25,7 @@ from servebench.evals.golden import GoldenSetError, load_golden_set
 from servebench.janitor import recently_reaped
 from servebench.levers import lever_rows
 from servebench.notify.digest import render_digest
-from servebench.notify.html import render_report
+from servebench.notify.html import render_report, report_path
 from servebench.notify.slack import post_digest
 from servebench.provenance import hardware, suite_git_sha
 from servebench.provision import get_provisioner, provision_kinds
@@ -462,7 +462,7 @@ class _Night:
 
     def put_report(self, store: ResultStore, settings: Settings) -> str:
         return store.put_text(
-            f"reports/date={self.run_date}/{encode_run_id(self.run_id)}.html",
+            report_path(self.run_date, self.run_id),
             render_report(self.cells, self.run, settings.results_uri, self.regressions,
                           self.pngs, self.levers))
 

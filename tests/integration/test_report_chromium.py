@@ -2,19 +2,14 @@
 renders the self-contained file, its DOM carries the regression, the charts and the tables, and
 a screenshot is taken (its path is printed, to keep as an artifact)."""
 
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 from servebench.pipeline import send_digest
 
-pytestmark = pytest.mark.integration
+from browser import CHROMIUM, dump_dom, screenshot, text_of
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+pytestmark = pytest.mark.integration
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
@@ -28,17 +23,12 @@ def test_the_report_opens_in_chromium_with_its_charts(synthetic_history, tmp_pat
     send_digest(summary)
     [report] = [Path(f) for f in store.find(f"reports/date={summary['run_date']}")]
     profile = tmp_path / "profile"
-    common = [CHROMIUM, *FLAGS, f"--user-data-dir={profile}"]
-    dom = subprocess.run([*common, "--dump-dom", report.as_uri()], capture_output=True,
-                         text=True, timeout=120, check=True).stdout
-    text = re.sub(r"<[^>]+>", " ", dom)
+    dom = dump_dom(report.as_uri(), profile)
+    text = text_of(dom)
     assert "servebench report: local" in text
     assert "Regressions (1)" in text and "TTFT p95 +" in text
     assert "cause: engine_version b1 -&gt; b2" in dom or "cause: engine_version b1 -> b2" in text
     assert dom.count('src="data:image/png;base64,') == 2  # the change and the target chart
     assert "Provenance" in text and "Invalid and failed cells" in text
-    shot = tmp_path / "report.png"
-    subprocess.run([*common, "--window-size=1280,2200", f"--screenshot={shot}",
-                    report.as_uri()], capture_output=True, timeout=120, check=True)
+    shot = screenshot(report.as_uri(), profile, "report.png")
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
-    print(f"report screenshot: {shot}")

@@ -79,3 +79,32 @@ def latency_throughput_chart(cells: pd.DataFrame, target: str) -> bytes | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, ncol=2)
     return _png(fig)
+
+
+def variants_trend_chart(series: pd.DataFrame, target: str, metric: str,
+                         alerts: pd.DataFrame | None = None) -> bytes | None:
+    """``metric`` of every variant of ``target`` over its last NIGHTS_SHOWN nights (a line per
+    variant, workload and load point; ``series`` in SERIES_COLUMNS), each night a change of
+    one of them was raised for marked; None when there is nothing to draw."""
+    data = series[(series["target"] == target) & (series["metric"] == metric)]
+    if data.empty:
+        return None
+    fig, ax = plt.subplots(figsize=(6.0, 2.8))
+    for (variant, workload, point), line in data.groupby(["variant", "workload", "load_point"],
+                                                         sort=True, dropna=False):
+        line = line.sort_values("date").tail(NIGHTS_SHOWN)
+        label = " · ".join(str(p) for p in (variant, workload, point) if pd.notna(p))
+        ax.plot(pd.to_datetime(line["date"]), line["value"], marker="o", markersize=2.5,
+                linewidth=1, label=label)
+    if alerts is not None and not alerts.empty:
+        mine = alerts[(alerts["target"] == target) & (alerts["metric"] == metric)
+                      & alerts["kind"].isin(list(KIND_COLORS))]
+        for row in mine.drop_duplicates(["change_date", "kind"]).to_dict("records"):
+            ax.axvline(pd.Timestamp(row["change_date"]), color=KIND_COLORS[row["kind"]],
+                       linestyle="--", linewidth=1)
+    ax.set_title(f"{target}: {metric_label(metric)}", fontsize=9)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, ncol=2)
+    fig.autofmt_xdate()
+    return _png(fig)

@@ -40,6 +40,13 @@ code { background: #f4f4f4; padding: 1px 4px; } dt { font-weight: 600; }
 """
 
 
+def report_path(run_date: str, run_id: str) -> str:
+    """Where run ``run_id``'s report lives under the store root."""
+    from servebench.results.store import encode_run_id
+
+    return f"reports/date={run_date}/{encode_run_id(run_id)}.html"
+
+
 def _img(png: bytes, alt: str) -> str:
     data = base64.b64encode(png).decode()
     return f'<img alt="{escape(alt)}" src="data:image/png;base64,{data}">'

@@ -487,6 +487,14 @@ class ResultStore:
         self._write_bytes(path, data)
         return f"{self._scheme}{path}"
 
+    def get_bytes(self, rel_path: str) -> bytes | None:
+        """A file under the store root (a report, say); None when there is none."""
+        path = self._path(rel_path)
+        if not self._exists(path):
+            return None
+        with self._fs.open_input_stream(path) as f:
+            return f.read()
+
     def find(self, rel_dir: str) -> list[str]:
         """URIs of the files under ``rel_dir`` (empty when it does not exist)."""
         base = self._path(rel_dir)

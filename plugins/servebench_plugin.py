@@ -1,0 +1,15 @@
+"""The Benchmarks view in the Airflow UI: the board of ``servebench.board`` (latest runs, what
+the last nights raised, gate verdicts, trend charts), mounted in the API server at
+``/servebench`` and shown under Browse -> Benchmarks. Wiring only: the page is built in
+``include/servebench/board.py``."""
+
+from airflow.plugins_manager import AirflowPlugin
+from servebench.board import create_app
+
+
+class ServebenchPlugin(AirflowPlugin):
+    name = "servebench"
+    fastapi_apps = [{"app": create_app(), "url_prefix": "/servebench",
+                     "name": "servebench benchmarks"}]
+    external_views = [{"name": "Benchmarks", "href": "servebench/", "url_route": "benchmarks",
+                       "destination": "nav", "category": "browse"}]

@@ -1,0 +1,58 @@
+"""The Benchmarks board the Airflow UI plugin shows, over a real store of 30 nights: the latest
+runs with their reports, what the last nights raised, the gate verdicts, a trend chart per
+target; served only to a caller Airflow's auth lets read DAG runs."""
+
+import pytest
+from fastapi.testclient import TestClient
+from servebench.board import create_app, render_board
+from servebench.settings import Settings
+
+
+@pytest.fixture(scope="module")
+def store(synthetic_history):
+    return synthetic_history[0]
+
+
+def test_the_board_shows_runs_alerts_gates_and_trends(store):
+    page = render_board(store)
+    assert "<h2>Latest runs</h2>" in page and page.count("report?run_id=") == 15
+    assert "Quality gate (latest run of each sweep)" in page
+    assert page.count("data:image/png;base64,") == 2  # output tok/s and TTFT p95 of target t
+    runs = store.read_table("runs").to_pandas().sort_values("run_date")
+    assert str(runs["run_date"].iloc[-1]) in page and str(runs["run_date"].iloc[0]) not in page
+
+
+def test_the_latest_nights_alerts_are_listed_by_kind(store, synthetic_history):
+    summaries = synthetic_history[1]
+    # the last week of the 30 nights: q4's gate failure (night 26) and f16's failure (night 25)
+    page = render_board(store)
+    assert "Quality gate failures (1)" in page and "t / q4" in page
+    assert "Newly failing cells (1)" in page and "SIGSEGV" in page
+    assert "Regressions" not in page.split("Quality gate (latest")[0]  # night 20: too old
+    assert summaries
+
+
+def _client(store) -> tuple[TestClient, object]:
+    app = create_app(Settings(results_uri=store.uri))
+    [access] = app.router.dependencies
+    return TestClient(app), access.dependency
+
+
+def test_the_app_serves_the_board_and_a_runs_report_to_a_reader(store):
+    client, access = _client(store)
+    client.app.dependency_overrides[access] = lambda: None  # Airflow's auth said yes
+    page = client.get("/")
+    assert page.status_code == 200 and "servebench benchmarks" in page.text
+    run = store.read_table("runs").to_pylist()[0]
+    store.put_text(f"reports/date={run['run_date']}/x.html", "")  # another run's: not served
+    from servebench.notify.html import report_path
+
+    store.put_text(report_path(str(run["run_date"]), run["run_id"]), "<html>the report</html>")
+    assert client.get("/report", params={"run_id": run["run_id"]}).text == \
+        "<html>the report</html>"
+    assert client.get("/report", params={"run_id": "nope"}).status_code == 404
+
+
+def test_without_an_airflow_session_it_serves_nothing(store):
+    client, _ = _client(store)
+    assert client.get("/").status_code == 401
