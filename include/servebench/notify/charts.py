@@ -102,6 +102,9 @@ def variants_trend_chart(series: pd.DataFrame, target: str, metric: str,
         for row in mine.drop_duplicates(["change_date", "kind"]).to_dict("records"):
             ax.axvline(pd.Timestamp(row["change_date"]), color=KIND_COLORS[row["kind"]],
                        linestyle="--", linewidth=1)
+    dates = pd.to_datetime(data["date"])
+    if dates.nunique() == 1:  # a first night: a day either side, not matplotlib's years
+        ax.set_xlim(dates.iloc[0] - pd.Timedelta(days=1), dates.iloc[0] + pd.Timedelta(days=1))
     ax.set_title(f"{target}: {metric_label(metric)}", fontsize=9)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
