@@ -1,7 +1,55 @@
-# The Airflow image for docker-compose.yaml: Airflow plus the servebench library and its deps.
-# GPU engines are not installed here (see DESIGN: they run in their own images on GPU hosts).
-FROM apache/airflow:3.3.2-python3.11
+# The image docker-compose.yaml runs: Airflow 3 with the servebench library, and what the local
+# default sweep (include/sweeps/local.yaml) serves with -- llama-server and the project's GGUFs,
+# and the CPU stacks venv for `transformers serve` -- so `docker compose up` can run the demo.
+# GPU engines (vLLM, SGLang, TGI, TensorRT-LLM) are not here: they run in their own images on the
+# hosts a provision kind (ec2, kubernetes) acquires (README: Provisioning).
+#
+# Three stages, the same scripts `make setup` runs:
+#   llama   llama-server + llama-quantize from the llama-cpp-python sdist (portable: AVX2, not
+#           this build machine's CPU; AMX kernels off, scripts/build_llama_cpp.sh says why)
+#   models  the stacks venv (CPU torch, transformers) and the GGUFs converted from the
+#           committed checkpoint (include/models/adder-3m), each launched once by the script
+#   final   apache/airflow + requirements.txt + the servebench package + both of the above
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
+
+FROM ${PYTHON_IMAGE} AS llama
+RUN apt-get update && apt-get install -y --no-install-recommends cmake g++ make \
+ && rm -rf /var/lib/apt/lists/*
+COPY scripts/build_llama_cpp.sh /src/scripts/
+ENV SERVEBENCH_CACHE=/opt/llama LLAMA_CPP_BUILD_TAG=portable LLAMA_CPP_NATIVE=OFF
+RUN /src/scripts/build_llama_cpp.sh \
+ && ln -s /opt/llama/llama.cpp-*-portable /opt/llama/current
+
+FROM ${PYTHON_IMAGE} AS models
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /opt/servebench
+COPY requirements-stacks.txt ./
+# torch's CPU wheel from its own index (PyPI's default build is a multi-GB CUDA one)
+RUN python -m venv .venv-stacks \
+ && .venv-stacks/bin/pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu \
+      torch==2.13.0 \
+ && .venv-stacks/bin/pip install --no-cache-dir -r requirements-stacks.txt
+COPY --from=llama /opt/llama /opt/llama
+COPY include/models include/models
+COPY scripts/build_local_model.py scripts/
+RUN .venv-stacks/bin/python scripts/build_local_model.py \
+      --llama-bin /opt/llama/current/build/bin --out build/models
+
+FROM ${AIRFLOW_IMAGE}
+USER root
+# llama-server's OpenMP runtime
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
+ && rm -rf /var/lib/apt/lists/*
+COPY --from=llama --chown=airflow:root /opt/llama /opt/llama
+COPY --from=models --chown=airflow:root /opt/servebench/.venv-stacks /opt/servebench/.venv-stacks
+COPY --from=models --chown=airflow:root /opt/servebench/build/models /opt/servebench/build/models
+USER airflow
 COPY --chown=airflow:root requirements.txt pyproject.toml /opt/servebench/
 COPY --chown=airflow:root include /opt/servebench/include
 RUN pip install --no-cache-dir -r /opt/servebench/requirements.txt \
  && pip install --no-cache-dir --no-deps -e /opt/servebench
+ENV SERVEBENCH_PROJECT_ROOT=/opt/servebench \
+    SERVEBENCH_LLAMA_BIN=/opt/llama/current/build/bin \
+    SERVEBENCH_STACKS_VENV=/opt/servebench/.venv-stacks

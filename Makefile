@@ -26,7 +26,7 @@ export SERVEBENCH_LLAMA_BIN := $(LLAMA_BIN)
 export SERVEBENCH_STACKS_VENV := $(STACKS_VENV)
 export STACKS_VENV
 
-.PHONY: run test proof setup venv stacks llama models airflow-db unit clean
+.PHONY: run test proof airflow setup venv stacks llama models airflow-db unit clean
 run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
 	$(BIN)/servebench summary --latest --require-ok
@@ -41,6 +41,12 @@ PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.
 
 proof: setup airflow-db
 	$(PROOF)
+
+# the Airflow UI on http://127.0.0.1:8080 (Browse -> Benchmarks): a local tryout on this
+# project's SQLite home, every user an admin; README's "Running on CeleryExecutor" for a
+# deployment
+airflow: setup airflow-db
+	AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True $(BIN)/airflow standalone
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/dags

@@ -3,13 +3,16 @@ the last nights raised, gate verdicts, trend charts), mounted in the API server 
 ``/servebench`` and shown under Browse -> Benchmarks. Wiring only: the page is built in
 ``include/servebench/board.py``."""
 
+from typing import ClassVar
+
 from airflow.plugins_manager import AirflowPlugin
 from servebench.board import create_app
 
 
 class ServebenchPlugin(AirflowPlugin):
     name = "servebench"
-    fastapi_apps = [{"app": create_app(), "url_prefix": "/servebench",
-                     "name": "servebench benchmarks"}]
-    external_views = [{"name": "Benchmarks", "href": "servebench/", "url_route": "benchmarks",
-                       "destination": "nav", "category": "browse"}]
+    fastapi_apps: ClassVar[list[dict]] = [
+        {"app": create_app(), "url_prefix": "/servebench", "name": "servebench benchmarks"}]
+    external_views: ClassVar[list[dict]] = [
+        {"name": "Benchmarks", "href": "servebench/", "url_route": "benchmarks",
+         "destination": "nav", "category": "browse"}]

@@ -12,6 +12,9 @@
 # VNNI kernels. The flags are recorded in bin/SOURCE, which the engine version carries into
 # every row's provenance, beside the CPU's ISA features.
 #
+# LLAMA_CPP_NATIVE=OFF builds for any x86-64 CPU with AVX2 instead of this one (the Dockerfile:
+# an image runs on other machines than the one that built it).
+#
 # The build is cached under $SERVEBENCH_CACHE keyed by the sdist version and these flags, so
 # a second run costs nothing; a cold build takes ~4 min on 2 cores.
 # Prints the bin directory on its last line.
@@ -21,6 +24,9 @@ BUILD_TAG="${LLAMA_CPP_BUILD_TAG:-noamx}"
 ARCH_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 CACHE="${SERVEBENCH_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/servebench}"
 PYTHON="${PYTHON:-python3}"
+NATIVE="${LLAMA_CPP_NATIVE:-ON}"
+TARGET_DESC="-march=native"
+[[ "$NATIVE" == "ON" ]] || TARGET_DESC="portable (GGML_NATIVE=OFF: AVX2, FMA, F16C)"
 root="$CACHE/llama.cpp-$VERSION-$BUILD_TAG"
 bin="$root/build/bin"
 if [[ -x "$bin/llama-server" && -x "$bin/llama-quantize" && -f "$bin/SOURCE" && -f "$root/src/convert_hf_to_gguf.py" ]]; then
@@ -35,10 +41,10 @@ tar -xzf "$tmp"/llama_cpp_python-*.tar.gz -C "$tmp"
 rm -rf "$root/src" "$root/build"
 mv "$tmp"/llama_cpp_python-*/vendor/llama.cpp "$root/src"
 cmake -S "$root/src" -B "$root/build" -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_C_FLAGS="$ARCH_FLAGS" -DCMAKE_CXX_FLAGS="$ARCH_FLAGS" -DGGML_NATIVE=ON \
+  -DCMAKE_C_FLAGS="$ARCH_FLAGS" -DCMAKE_CXX_FLAGS="$ARCH_FLAGS" -DGGML_NATIVE="$NATIVE" \
   -DLLAMA_OPENSSL=OFF -DLLAMA_CURL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >&2
 cmake --build "$root/build" --config Release -j "$(nproc)" --target llama-server llama-quantize >&2
 # provenance: llama-server --version says "build 0, commit unknown" for a source tarball
-echo "llama-cpp-python==$VERSION sdist, -march=native $ARCH_FLAGS" > "$root/build/bin/SOURCE"
+echo "llama-cpp-python==$VERSION sdist, $TARGET_DESC $ARCH_FLAGS" > "$root/build/bin/SOURCE"
 echo "$bin"

@@ -15,9 +15,8 @@ from __future__ import annotations
 import base64
 import logging
 from html import escape
-from urllib.parse import quote
-
 from typing import TYPE_CHECKING
+from urllib.parse import quote
 
 if TYPE_CHECKING:  # the plugin imports this module in every Airflow process: keep it light
     from servebench.results.store import ResultStore
@@ -59,8 +58,8 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN) -> str:
     from servebench.notify.digest import KIND_TITLES, alert_line, fmt_text, gate_lines
     from servebench.trends.nightly import load_history
 
-    out = ["<!doctype html><html><head><meta charset='utf-8'><title>servebench: "
-           f"Benchmarks</title><style>{STYLE}</style></head><body>",
+    out = [("<!doctype html><html><head><meta charset='utf-8'><title>servebench: "
+            f"Benchmarks</title><style>{STYLE}</style></head><body>"),
            "<h1>servebench benchmarks</h1>",
            f"<p class='muted'>results: <code>{escape(store.uri)}</code></p>"]
     runs = store.read_table("runs").to_pandas()
@@ -138,7 +137,9 @@ def run_report(store: ResultStore, run_id: str) -> str | None:
 def create_app(settings: Settings | None = None):
     """The FastAPI app the plugin mounts: ``/`` the board, ``/report?run_id=`` a run's HTML
     report. Reading it takes the right to read the DAG runs whose results it shows."""
-    from airflow.api_fastapi.auth.managers.models.resource_details import DagAccessEntity
+    from airflow.api_fastapi.auth.managers.models.resource_details import (
+        DagAccessEntity,
+    )
     from airflow.api_fastapi.core_api.security import requires_access_dag
     from fastapi import Depends, FastAPI, HTTPException
     from fastapi.responses import HTMLResponse

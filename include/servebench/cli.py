@@ -238,7 +238,7 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
                                         on_cell=lambda row: progress.update(
                                             cells, advance=1,
                                             description=f"cell {row['cell_id']}: {row['status']}"))
-                except Exception:  # noqa: BLE001 - as the DAG's all_done publish: the unit's
+                except Exception:
                     # cells are published as failed with the reason; the traceback stays here
                     log.exception("unit %s failed", unit["unit_id"])
                 progress.advance(units)
@@ -268,6 +268,14 @@ def validate(sweep: str = typer.Argument(None, help="sweep YAML (default: the se
 
 
 app.command("plan", hidden=True)(validate)  # its name before `validate`
+
+
+@app.command("spec-reference")
+def spec_reference_command():
+    """Print every sweep-spec field (path, type, default, meaning) as a Markdown table."""
+    from servebench.config import spec_reference
+
+    print(spec_reference(), end="")
 
 
 @app.command()

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import types
+import typing
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -27,12 +29,12 @@ class _Strict(BaseModel):
 class SamplingSpec(_Strict):
     """Sent explicitly to every stack: no engine default is ever relied on."""
 
-    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    temperature: float = Field(0.0, ge=0.0, le=2.0, description="0: greedy")
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(0, ge=0, description="0 disables top-k")
     min_p: float = Field(0.0, ge=0.0, le=1.0)
     repetition_penalty: float = Field(1.0, gt=0.0)
-    seed: int = 1234
+    seed: int = Field(1234, description="sent to every stack that takes one")
 
     def spec_hash(self) -> str:
         """Stable hash of the sampling spec, stored on every row for comparability."""
@@ -123,8 +125,8 @@ class LoadPoints(_Strict):
     burstiness: float = Field(1.0, gt=0, description="gamma shape; 1 = Poisson")
     max_concurrency: int | None = Field(None, gt=0, description="open-loop in-flight cap")
     seed: int = 0
-    warmup_requests: int = Field(2, ge=0)
-    request_timeout_s: float = Field(120.0, gt=0)
+    warmup_requests: int = Field(2, ge=0, description="per cell, sent first, not measured")
+    request_timeout_s: float = Field(120.0, gt=0, description="a request past it fails")
     max_error_rate: float = Field(
         0.0, ge=0, lt=1,
         description="share of measured requests that may fail in a cell that stays comparable "
@@ -235,16 +237,17 @@ class VariantSpec(_Strict):
 
     name: str
     model: str = Field(description="model file or directory (local stacks) or hub id")
-    revision: str | None = None
+    revision: str | None = Field(None, description="hub revision (commit) of the model")
     quant: str = Field("none", description="f16, bf16, fp8, awq, gptq, q8_0, q4_k_m, ...")
-    dtype: str | None = None
+    dtype: str | None = Field(None, description="weights/activations dtype (GPU stacks)")
     max_num_seqs: int = Field(4, gt=0, description="concurrent sequences (llama.cpp -np)")
-    max_model_len: int = Field(4096, gt=0)
-    prefix_caching: bool = True
+    max_model_len: int = Field(4096, gt=0, description="context length the server allocates")
+    prefix_caching: bool = Field(True, description="the engine's prefix (prompt) cache")
     threads: int | None = Field(
         None, gt=0, description="CPU threads the engine may use (None: its default); on a "
         "shared host leave cores to the load generator")
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[str] = Field(default_factory=list,
+                                  description="appended to the server command line")
     request_overrides: dict = Field(
         default_factory=dict, description="extra request fields, merged last into every request; "
         "the run still checks from the responses that sampling matched")
@@ -371,9 +374,11 @@ class TargetSpec(_Strict):
     API)."""
 
     name: str
-    stack: str
+    stack: str = Field(description="llama_cpp, transformers, vllm, sglang, tgi, trtllm, "
+                                   "openai_api")
     variants: list[VariantSpec] = Field(min_length=1)
-    baseline: str | None = None
+    baseline: str | None = Field(None, description="the variant the gate and the levers "
+                                                   "compare with (default: the first)")
     golden_sets: list[str] = Field(default_factory=list)
     provision: Provision | None = None
 
@@ -511,3 +516,80 @@ def load_sweep(path: str | Path) -> SweepSpec:
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from None
     return parse_sweep(data, str(path))
+
+
+def spec_reference() -> str:
+    """Every field of a sweep spec as a Markdown table (path, type, default, what it is), read
+    off the models themselves: README's reference is this text (a test keeps them equal), and
+    ``servebench spec-reference`` prints it for the installed version."""
+    rows: list[tuple[str, str, str, str]] = []
+
+    def walk(model: type[BaseModel], prefix: str, union: bool = False) -> None:
+        for name, field in model.model_fields.items():
+            if union and name == "kind":
+                continue  # its row is the member's own
+            path = f"{prefix}{name}"
+            members = _models_in(field.annotation)
+            if field.is_required():
+                default = "required"
+            else:
+                value = field.get_default(call_default_factory=True)
+                default = ("" if isinstance(value, BaseModel)
+                           else json.dumps(value) if value is not None else "none")
+            about = (field.description or "").replace("|", "\\|")
+            if members and len(members) == 1:
+                rows.append((path, _type_name(field.annotation), default,
+                             about or _first_line(members[0].__doc__)))
+                walk(members[0], f"{path}{'[].' if _is_list(field.annotation) else '.'}")
+            elif members:  # a union told apart by `kind`
+                for member in members:
+                    kind = member.model_fields["kind"].annotation.__args__[0]
+                    rows.append((f"{path} (kind: {kind})", _type_name(member), default,
+                                 _first_line(member.__doc__)))
+                    walk(member, f"{path}{'[].' if _is_list(field.annotation) else '.'}",
+                         union=True)
+            else:
+                rows.append((path, _type_name(field.annotation), default, about))
+
+    walk(SweepSpec, "")
+    lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
+    lines += [" | ".join(["", f"`{p}`", _cell(t), _cell(d), a, ""]).strip()
+              for p, t, d, a in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _type_name(annotation) -> str:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Annotated:
+        return _type_name(args[0])
+    if origin is Literal:
+        return " | ".join(json.dumps(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin is not None:
+        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
+    return "None" if annotation is type(None) else getattr(annotation, "__name__",
+                                                           str(annotation))
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _first_line(doc: str | None) -> str:
+    return " ".join((doc or "").strip().split("\n\n")[0].split()).replace("|", "\\|")
+
+
+def _is_list(annotation) -> bool:
+    return typing.get_origin(annotation) is list
+
+
+def _models_in(annotation) -> list[type[BaseModel]]:
+    """The pydantic models an annotation holds (a model, a list of them, an optional one, a
+    union of them)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    found: list[type[BaseModel]] = []
+    for arg in typing.get_args(annotation):
+        found += [m for m in _models_in(arg) if m not in found]
+    return found

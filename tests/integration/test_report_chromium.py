@@ -5,9 +5,8 @@ a screenshot is taken (its path is printed, to keep as an artifact)."""
 from pathlib import Path
 
 import pytest
-from servebench.pipeline import send_digest
-
 from browser import CHROMIUM, dump_dom, screenshot, text_of
+from servebench.pipeline import send_digest
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import matplotlib
 
 matplotlib.use("Agg")  # before pyplot: workers have no display
 
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
+import matplotlib.pyplot as plt
+import pandas as pd
 
-from servebench.trends.series import metric_label  # noqa: E402
+from servebench.trends.series import metric_label
 
 NIGHTS_SHOWN = 45
 WORSE, BETTER, NEUTRAL, HOST = "#c0392b", "#1e8449", "#34495e", "#b9770e"
