@@ -34,9 +34,7 @@ run: setup airflow-db
 test: setup airflow-db
 	$(BIN)/python -m pytest
 
-# the eighteen-night local proof of the trends: real latencies night after night on a shared
-# VM, whose own speed moves by 10% within minutes, so not in `make test` (README gives its
-# record, and what the failures were)
+# the eighteen-night local proof of the trends alone (`make test` runs it too)
 PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
 
 proof: setup airflow-db
@@ -46,7 +44,7 @@ proof: setup airflow-db
 # project's SQLite home, every user an admin; README's "Running on CeleryExecutor" for a
 # deployment
 airflow: setup airflow-db
-	AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True $(BIN)/airflow standalone
+	PATH="$(BIN):$$PATH" AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True airflow standalone
 
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/dags
