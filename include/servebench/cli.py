@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from servebench.config import SpecError
+from servebench.errors import SpecError
 from servebench.notify.digest import fmt_num, gate_lines, summary_table
 from servebench.settings import get_settings
 
@@ -110,7 +110,8 @@ def _smoke(sweep: str | None, stacks: list[str] | None) -> int:
 
 
 def _trends_replay(history_path: str, out: str) -> int:
-    from servebench.trends.replay import HistoryError, read_history, replay
+    from servebench.errors import HistoryError
+    from servebench.trends.replay import read_history, replay
 
     try:
         history = read_history(history_path)
@@ -206,51 +207,35 @@ def history_table(metric: str, target: str | None, variant: str | None, since: s
 
 
 def run_sweep(sweep: str | None, run_id: str | None) -> int:
-    """The nightly DAG's steps in this process, in its order: plan, provision, each unit (a
-    crashed unit becomes failed cells, as the DAG's all_done publish makes it), release in
-    every path, publish, detect, digest. Progress per unit and per cell."""
-    import datetime as dt
-    import logging
-
+    """``servebench.run_sweep`` with a progress bar per unit and per cell."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from servebench import pipeline
 
-    log = logging.getLogger("servebench.cli")
-    now = dt.datetime.now(dt.UTC)
-    run_id = run_id or f"cli__{now.isoformat(timespec='seconds')}"
+    progress = Progress(TextColumn("{task.description:<40}"), BarColumn(),
+                        MofNCompleteColumn(), console=console)
+    bars: dict[str, int] = {}
+
+    def on_units(plan: dict) -> None:
+        bars["units"] = progress.add_task("units", total=len(plan["units"]))
+        bars["cells"] = progress.add_task("cells", total=plan["n_cells"])
+        progress.start()
+
     try:
-        plan = pipeline.plan_run(sweep, run_date=now.date())
+        summary = pipeline.run_sweep(
+            sweep, run_id, on_units=on_units, on_units_done=progress.stop,
+            on_unit=lambda unit: progress.update(bars["units"],
+                                                 description=f"unit {unit['unit_id']}"),
+            on_unit_done=lambda unit: progress.advance(bars["units"]),
+            on_cell=lambda row: progress.update(
+                bars["cells"], advance=1, description=f"cell {row['cell_id']}: {row['status']}"))
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
-    provisioned = None
-    columns = (TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn())
-    try:
-        provisioned = pipeline.provision(plan, run_id, dag_id=pipeline.CLI_DAG_ID)
-        with Progress(*columns, console=console) as progress:
-            units = progress.add_task("units", total=len(plan["units"]))
-            cells = progress.add_task("cells", total=plan["n_cells"])
-            for unit in plan["units"]:
-                progress.update(units, description=f"unit {unit['unit_id']}")
-                try:
-                    pipeline.bench_unit(plan, unit, provisioned, run_id,
-                                        on_cell=lambda row: progress.update(
-                                            cells, advance=1,
-                                            description=f"cell {row['cell_id']}: {row['status']}"))
-                except Exception:
-                    # cells are published as failed with the reason; the traceback stays here
-                    log.exception("unit %s failed", unit["unit_id"])
-                progress.advance(units)
-    finally:
-        released = pipeline.release_run(provisioned, run_id, plan)
-        if released["released"]:
-            print(f"released what the run left: {released['released']}", file=sys.stderr)
-    summary = pipeline.aggregate_and_publish(plan, run_id, now, pipeline.CLI_DAG_ID,
-                                             started_at=now, released=released)
-    summary = pipeline.detect_regressions(summary)
-    print(f"digest: {pipeline.send_digest(summary)}")
-    return _summary(run_id, require_ok=False)
+    if summary["released"]:
+        print(f"released what the run left: {summary['released']}", file=sys.stderr)
+    print(f"digest: {summary['digest']}")
+    return _summary(summary["run_id"], require_ok=False)
 
 
 # -- commands --------------------------------------------------------------------------------

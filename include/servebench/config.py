@@ -17,9 +17,7 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-
-class SpecError(ValueError):
-    """A sweep spec is invalid; the message names the file and the field."""
+from servebench.errors import SpecError
 
 
 class _Strict(BaseModel):

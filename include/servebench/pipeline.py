@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from slack_sdk.errors import SlackApiError, SlackClientError
 
-from servebench.config import SpecError, SweepSpec, load_sweep
+from servebench.config import SweepSpec, load_sweep
 from servebench.cost import paid
+from servebench.errors import GoldenSetError, PlanError
 from servebench.evals.gate import cross_stack_columns, gate_columns
-from servebench.evals.golden import GoldenSetError, load_golden_set
+from servebench.evals.golden import load_golden_set
 from servebench.janitor import recently_reaped
 from servebench.levers import lever_rows
 from servebench.notify.digest import render_digest
@@ -46,13 +47,11 @@ TEARDOWN_SCRATCH = "_teardown"  # the teardown task's scratch rows (the hosts it
 CLI_DAG_ID = "servebench-cli"  # what `servebench run` records as its dag_id (its own history)
 
 
-class PlanError(SpecError):
-    """The sweep cannot run as written; raised before anything is provisioned."""
-
-
-def open_store(settings: Settings) -> ResultStore:
-    """The result store; for s3:// the credentials (and endpoint) of the Airflow AWS
-    connection when one exists, else boto3's default chain."""
+def open_store(settings: Settings | None = None) -> ResultStore:
+    """The result store (default: the settings' ``results_uri``); for s3:// the credentials
+    (and endpoint) of the Airflow AWS connection when one exists, else boto3's default
+    chain."""
+    settings = settings or get_settings()
     session, endpoint = None, settings.s3_endpoint_url
     if settings.results_uri.startswith("s3://"):
         session, conn_endpoint = _aws_session(settings.aws_conn_id)
@@ -502,3 +501,49 @@ def send_digest(summary: dict, settings: Settings | None = None) -> str:
         where += f" and Slack {settings.slack_channel} (ts={ts})"
     log.info("digest: %s", where)
     return where
+
+
+# -- a whole sweep in one process ------------------------------------------------------------
+def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
+              on_units: Callable[[dict], None] | None = None,
+              on_unit: Callable[[dict], None] | None = None,
+              on_unit_done: Callable[[dict], None] | None = None,
+              on_cell: Callable[[dict], None] | None = None,
+              on_units_done: Callable[[], None] | None = None) -> dict:
+    """The nightly DAG's steps in this process, in its order: plan (``SpecError`` before
+    anything is provisioned), provision, each unit (a crashed unit becomes failed cells, as
+    the DAG's all_done publish makes it), release in every path, publish, detect, digest.
+    Its runs are a history of their own (dag_id ``servebench-cli``), so ad-hoc runs never
+    enter the nightly trends. The hooks see the units go by (``on_units`` gets the plan
+    before the first, ``on_units_done`` comes after the last, whatever happened). Returns the
+    detect step's summary with ``released`` (what the release step found left) and
+    ``digest`` (where it went)."""
+    now = dt.datetime.now(dt.UTC)
+    run_id = run_id or f"cli__{now.isoformat(timespec='seconds')}"
+    plan = plan_run(sweep, run_date=now.date())
+    provisioned = None
+    try:
+        provisioned = provision(plan, run_id, dag_id=CLI_DAG_ID)
+        if on_units:
+            on_units(plan)
+        try:
+            for unit in plan["units"]:
+                if on_unit:
+                    on_unit(unit)
+                try:
+                    bench_unit(plan, unit, provisioned, run_id, on_cell=on_cell)
+                except Exception:  # what the DAG's all_done publish does
+                    # the unit's cells are published as failed with the reason; the
+                    # traceback stays in the log
+                    log.exception("unit %s failed", unit["unit_id"])
+                if on_unit_done:
+                    on_unit_done(unit)
+        finally:
+            if on_units_done:
+                on_units_done()
+    finally:
+        released = release_run(provisioned, run_id, plan)
+    summary = aggregate_and_publish(plan, run_id, now, CLI_DAG_ID, started_at=now,
+                                    released=released)
+    summary = detect_regressions(summary)
+    return {**summary, "released": released["released"], "digest": send_digest(summary)}

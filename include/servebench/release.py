@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
 from servebench.config import SLOSpec, SweepSpec, load_sweep
+from servebench.errors import ReleaseGateFailed
 from servebench.evals.gate import gate_columns
 from servebench.provision.base import Provisioner
 from servebench.runner import VariantRunner
@@ -41,10 +42,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_THRESHOLDS = {"ttft_ms_p95": 0.25, "tpot_ms_p50": 0.15, "output_throughput": 0.10,
                       "goodput": 0.10}
-
-
-class ReleaseGateFailed(RuntimeError):
-    """The candidate regressed (or could not be cleared and the params say that fails)."""
 
 
 class ReleaseGateParams(BaseModel):

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from servebench.config import LoadPoint, SweepSpec, TargetSpec, VariantSpec
 from servebench.cost import cost_fields
+from servebench.errors import LaunchError
 from servebench.evals.runner import EvalOutcome, run_golden_set
 from servebench.loadgen.engine import LoadSpec, run_load_sync
 from servebench.metrics import (
@@ -28,7 +29,7 @@ from servebench.metrics import (
     timing_unresolved_reason,
 )
 from servebench.provenance import file_sha256
-from servebench.provision.base import Endpoint, LaunchError, Provisioner
+from servebench.provision.base import Endpoint, Provisioner
 from servebench.results.schema import CELLS
 from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter, get_stack

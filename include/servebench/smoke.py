@@ -20,7 +20,7 @@ from pathlib import Path
 import httpx
 
 from servebench.config import SweepSpec, TargetSpec, VariantSpec
-from servebench.provision.base import LaunchError
+from servebench.errors import LaunchError
 from servebench.provision.local import LocalProvisioner
 from servebench.settings import Settings
 from servebench.stacks.base import get_stack

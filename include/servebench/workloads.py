@@ -7,10 +7,9 @@ The same seed gives the same prompts for every stack and every night.
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
-
-import json
 from pathlib import Path
 
 from servebench.config import (

@@ -7,11 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from servebench.errors import GoldenSetError
 from servebench.evals.scorers import known_scorers, validate_reference
-
-
-class GoldenSetError(ValueError):
-    """A golden set file is invalid; the message names the file and the line."""
 
 
 class GoldenItem(BaseModel):

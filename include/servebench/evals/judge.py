@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from servebench.evals.scorers import ScorerError, register_scorer, strip_json_fence
+from servebench.errors import ScorerError
+from servebench.evals.scorers import register_scorer, strip_json_fence
 
 ENV_CONN_ID = "SERVEBENCH_JUDGE_CONN_ID"
 ENV_BASE_URL = "SERVEBENCH_JUDGE_BASE_URL"

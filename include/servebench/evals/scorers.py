@@ -46,12 +46,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from servebench.errors import ScorerError
+
 Scorer = Callable[[str, str], float]
 Validator = Callable[[str], "str | None"]
-
-
-class ScorerError(RuntimeError):
-    """A scorer could not score an answer for a reason that is not the answer's fault."""
 
 
 @dataclass(frozen=True)

@@ -35,22 +35,14 @@ from typing import TYPE_CHECKING, ClassVar
 
 import httpx
 
+from servebench.errors import LaunchError
+
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
     from servebench.settings import Settings
     from servebench.stacks.base import StackAdapter
 
 log = logging.getLogger(__name__)
-
-class LaunchError(RuntimeError):
-    """A variant's server could not be had (it exited, never became healthy, or its endpoint
-    does not answer); the message says why, with the server's log tail where there is one.
-    ``argv`` is the command that was launched, for the failed rows' provenance."""
-
-    def __init__(self, message: str, argv: list[str] | None = None):
-        super().__init__(message)
-        self.argv = argv
-
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -199,7 +191,8 @@ def project_provisions(settings: Settings, kind: type) -> list:
     """The ``provision`` specs of type ``kind`` of every target in the project's sweep specs
     (``include/sweeps/``): where a janitor, or a teardown without state, looks. A sweep that
     does not validate is skipped, with a warning."""
-    from servebench.config import SpecError, load_sweep
+    from servebench.config import load_sweep
+    from servebench.errors import SpecError
 
     found = []
     for path in sorted((settings.project_root / "include" / "sweeps").glob("*.yaml")):

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
 from servebench.config import Ec2Provision
+from servebench.errors import ReleaseError
 from servebench.provision.base import (
     Endpoint,
     LaunchError,
@@ -57,10 +58,6 @@ DIGEST_MARK = "servebench-image-digest:"  # the line the launch script prints
 SSM_POLL_S = 2.0
 API_MAX_ATTEMPTS = 5  # per EC2/SSM call, first try included
 QUOTA_POLL_S = 15.0
-
-
-class ReleaseError(RuntimeError):
-    """Instances could not be terminated (the janitor will retry them)."""
 
 
 def client_token(run_id: str, target: str, attempt: int = 0) -> str:

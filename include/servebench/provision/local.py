@@ -22,6 +22,7 @@ from pathlib import Path
 
 import httpx
 
+from servebench.errors import ServerLaunchError
 from servebench.provenance import hardware
 from servebench.provision.base import (
     Endpoint,
@@ -33,10 +34,6 @@ from servebench.results.store import encode_run_id
 from servebench.settings import Settings, get_settings
 
 log = logging.getLogger(__name__)
-
-
-class ServerLaunchError(LaunchError):
-    """A server exited or never became healthy; the message carries its log tail."""
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from typing import Any, Iterable, Sequence
 
 import pyarrow as pa
 
+from servebench.errors import ContractError
 from servebench.results.schema import (
     CELL_STATUSES,
     LATENCY_METRICS,
@@ -109,14 +110,6 @@ class ContractReport:
         return [f for f in self.failures
                 if (table is None or f.table == table)
                 and (expectation is None or f.expectation == expectation)]
-
-
-class ContractError(ValueError):
-    """A run broke its data contract; the message is the rendered report."""
-
-    def __init__(self, report: ContractReport) -> None:
-        super().__init__(report.render())
-        self.report = report
 
 
 def enforce(report: ContractReport) -> ContractReport:

@@ -30,6 +30,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from servebench.errors import SchemaError
+
 SCHEMA_VERSION = 1
 
 CELL_STATUSES = ("ok", "invalid", "failed")
@@ -320,10 +322,6 @@ RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS, REAPED, UNITS, HOSTS = (
                         "hosts"))
 # what the publish of a run writes (and its contract checks); the rest is derived afterwards
 PUBLISHED_TABLES = ("runs", "cells", "requests", "evals")
-
-
-class SchemaError(ValueError):
-    """Rows that do not fit a result table."""
 
 
 def schema_for(table_name: str) -> pa.Schema:

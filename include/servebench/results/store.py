@@ -50,6 +50,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from servebench.errors import PublishConflict
 from servebench.results.schema import SCHEMA_VERSION, TABLES, conform, schema_for
 
 log = logging.getLogger(__name__)
@@ -84,10 +85,6 @@ def encode_run_id(run_id: str) -> str:
 
 def decode_run_id(encoded: str) -> str:
     return unquote(encoded)
-
-
-class PublishConflict(RuntimeError):
-    """Another publish of the run still held its lease after the wait."""
 
 
 @dataclass(frozen=True)

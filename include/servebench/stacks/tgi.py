@@ -42,7 +42,6 @@ What TGI cannot do:
 
 from __future__ import annotations
 
-
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.base import (

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from servebench.config import SpecError
+from servebench.errors import SpecError
 
 MATCH_KEYS = ("target", "stack", "variant", "workload", "load_point", "metric")
 

@@ -19,14 +19,11 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
+from servebench.errors import HistoryError
 from servebench.trends.detect import DIRECTIONS, DetectorSettings, detect
 
 REQUIRED = ("series_id", "metric", "direction", "night", "value")
 ALERT_COLUMNS = ["series_id", "night_flagged", "night_alerted", "direction"]
-
-
-class HistoryError(ValueError):
-    """A history file that cannot be replayed; the message names the file and column."""
 
 
 @dataclass(frozen=True)
