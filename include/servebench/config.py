@@ -101,27 +101,33 @@ Workload = Annotated[
 
 
 class LoadPoint(BaseModel):
-    """One load point of a workload, i.e. one cell: closed loop at a concurrency, or open loop
-    at a request rate. ``label`` names it in cell ids (``c4``, ``r20``)."""
+    """One load point of a workload, i.e. one cell: closed loop at a concurrency, open loop at
+    a request rate, or max throughput (every request at once). ``label`` names it in cell ids
+    (``c4``, ``r20``, ``max``)."""
 
     model_config = ConfigDict(frozen=True)
 
     label: str
-    mode: Literal["closed", "open"]
-    concurrency: int | None = None  # closed: workers; open: cap on requests in flight
+    mode: Literal["closed", "open", "max"]
+    concurrency: int | None = None  # closed: workers; open, max: cap on requests in flight
     request_rate: float | None = None  # open: requests/s
 
 
 class LoadPoints(_Strict):
-    """Load points, each one cell per workload: closed-loop concurrencies and open-loop rates
-    (arrivals from a seeded Poisson, gamma or constant process; warm-up excluded)."""
+    """Load points, each one cell per workload: closed-loop concurrencies, open-loop rates
+    (arrivals from a seeded Poisson, gamma or constant process) and max throughput; warm-up
+    excluded."""
 
     concurrency: list[Annotated[int, Field(gt=0)]] = Field(default_factory=list)
     rates: list[Annotated[float, Field(gt=0)]] = Field(
         default_factory=list, description="open-loop request rates, requests/s")
     arrival: Literal["poisson", "gamma", "constant"] = "poisson"
     burstiness: float = Field(1.0, gt=0, description="gamma shape; 1 = Poisson")
-    max_concurrency: int | None = Field(None, gt=0, description="open-loop in-flight cap")
+    max_throughput: bool = Field(
+        False, description="a `max` point: every request sent at once (capped by "
+                           "max_concurrency), for the server's ceiling in tok/s")
+    max_concurrency: int | None = Field(None, gt=0,
+                                        description="in-flight cap of open-loop and max points")
     seed: int = 0
     warmup_requests: int = Field(2, ge=0, description="per cell, sent first, not measured")
     request_timeout_s: float = Field(120.0, gt=0, description="a request past it fails")
@@ -129,18 +135,26 @@ class LoadPoints(_Strict):
         0.0, ge=0, lt=1,
         description="share of measured requests that may fail in a cell that stays comparable "
                     "(default: none)")
+    client_processes: int | Literal["auto"] = Field(
+        1, description="load-generator processes per cell; auto: one, doubled while the cell "
+                       "is client_saturated (up to the CPU count), the re-runs logged")
 
     @model_validator(mode="after")
     def _some_point(self) -> LoadPoints:
-        if not self.concurrency and not self.rates:
-            raise ValueError("give at least one closed-loop concurrency or open-loop rate")
+        if not self.concurrency and not self.rates and not self.max_throughput:
+            raise ValueError("give at least one closed-loop concurrency, open-loop rate or "
+                             "max_throughput: true")
+        if isinstance(self.client_processes, int) and self.client_processes < 1:
+            raise ValueError("client_processes must be >= 1 or 'auto'")
         return self
 
     def points(self) -> list[LoadPoint]:
         closed = [LoadPoint(label=f"c{c}", mode="closed", concurrency=c) for c in self.concurrency]
         opened = [LoadPoint(label=f"r{r:g}", mode="open", concurrency=self.max_concurrency,
                             request_rate=r) for r in self.rates]
-        return closed + opened
+        ceiling = [LoadPoint(label="max", mode="max", concurrency=self.max_concurrency)
+                   ] if self.max_throughput else []
+        return closed + opened + ceiling
 
 
 class GoldenSetRef(_Strict):

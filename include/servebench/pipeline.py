@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 from slack_sdk.errors import SlackApiError, SlackClientError
 
+from servebench.bench import VariantRunner, cell_identity, unit_id
 from servebench.config import SweepSpec, load_sweep
 from servebench.cost import paid
 from servebench.errors import GoldenSetError, PlanError
@@ -33,7 +34,6 @@ from servebench.provision import get_provisioner, provision_kinds
 from servebench.results.contract import enforce, validate_run
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore, encode_run_id
-from servebench.runner import VariantRunner, cell_id, unit_id
 from servebench.settings import Settings, get_settings
 from servebench.stacks.base import get_stack
 from servebench.workloads import TEMPLATE_OVERHEAD_MAX, max_sequence_tokens
@@ -341,12 +341,10 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
 
 def _missing_unit_cells(spec: SweepSpec, unit: dict, run_id: str, run_date: str) -> list[dict]:
     target = spec.target(unit["target"])
+    variant = next(v for v in target.variants if v.name == unit["variant"])
     return [
         {"run_id": run_id, "run_date": run_date,
-         "cell_id": cell_id(unit["target"], unit["variant"], w.name, p),
-         "target": unit["target"], "stack": target.stack, "variant": unit["variant"],
-         "workload": w.name, "load_point": p.label, "load_mode": p.mode,
-         "concurrency": p.concurrency, "request_rate": p.request_rate, "status": "failed",
+         **cell_identity(spec, target, variant, w.name, p), "status": "failed",
          "reason": "the bench task left no results (it crashed, was killed or timed out)"}
         for w in spec.workloads
         for p in spec.load.points()

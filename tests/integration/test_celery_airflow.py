@@ -62,8 +62,8 @@ def _sweep(local_sweep, path: Path) -> Path:
                               "quant": "f16", **common},
                              {"name": "q8_0", "model": "build/models/adder-3m-q8_0.gguf",
                               "quant": "q8_0", **common}]}],
-                       input_tokens=32, output_tokens=8, num_requests=24, concurrency=2,
-                       name="celery", workload="fixed-32x8")
+                       input_tokens=32, output_tokens=24, num_requests=24, concurrency=2,
+                       name="celery", workload="fixed-32x24")
     path.write_text(yaml.safe_dump(data))
     return path
 

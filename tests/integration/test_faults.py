@@ -14,7 +14,7 @@ import pytest
 from fault_proxy import FAULTS, FaultProxy, Faults
 from servebench.config import parse_sweep
 from servebench.provision import get_provisioner
-from servebench.runner import VariantRunner
+from servebench.bench import VariantRunner
 from servebench.settings import get_settings
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from servebench.config import parse_sweep
 from servebench.provision.local import LocalProvisioner
-from servebench.runner import VariantRunner
+from servebench.bench import VariantRunner
 from servebench.settings import PROJECT_ROOT, get_settings
 
 pytestmark = pytest.mark.integration
@@ -85,7 +85,7 @@ def test_open_loop_cell_at_a_poisson_rate(tmp_path):
 
 
 def test_a_golden_set_that_cannot_run_leaves_perf_rows_without_validity(tmp_path, monkeypatch):
-    import servebench.runner as runner_module
+    import servebench.bench as runner_module
 
     def broken(*args, **kwargs):
         raise ConnectionError("server went away mid-eval")

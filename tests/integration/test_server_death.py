@@ -13,7 +13,7 @@ import pytest
 import yaml
 from servebench.config import parse_sweep
 from servebench.provision.local import LocalProvisioner
-from servebench.runner import VariantRunner
+from servebench.bench import VariantRunner
 from servebench.settings import PROJECT_ROOT, get_settings
 
 pytestmark = pytest.mark.integration
@@ -65,7 +65,7 @@ def test_a_server_killed_mid_run_fails_its_cells_with_the_signal(tmp_path):
 
 
 def test_a_server_killed_during_the_golden_set_leaves_no_accuracy(tmp_path, monkeypatch):
-    import servebench.runner as runner_module
+    import servebench.bench as runner_module
 
     data = _spec().model_dump(mode="json")
     data["workloads"][0]["num_requests"] = 8  # the perf cells end soon; the kill lands later

@@ -7,7 +7,7 @@ import pytest
 from servebench.config import parse_sweep
 from servebench.provision import get_provisioner
 from servebench.provision.local import free_port
-from servebench.runner import VariantRunner
+from servebench.bench import VariantRunner
 from servebench.settings import get_settings
 
 pytestmark = pytest.mark.integration

@@ -1,23 +1,16 @@
 """Each load mode against the fake server: arrival statistics, concurrency caps, warm-up,
-trace order, duration stop, seeds, multi-process merge, and the SLO sweep helper."""
+duration stop, seeds, multi-process merge; and each load point kind of the sweep spec mapped
+to its mode."""
 
 from __future__ import annotations
-
-import json
-import math
 
 import numpy as np
 import pytest
 from servebench.loadgen.engine import (
     LoadSpec,
     arrival_offsets,
-    load_trace,
     run_load_sync,
 )
-from servebench.loadgen.records import RequestRecord
-from servebench.loadgen.result import LagStats, LoadResult
-from servebench.loadgen.sweep import find_max_load, slo_check
-from servebench.metrics import Slo
 from servebench.testing import FakeServerConfig, serve_in_thread
 
 CHAT = "/v1/chat/completions"
@@ -88,30 +81,6 @@ def test_max_throughput_sends_everything_at_once() -> None:
     assert all(r.ok for r in res.records)
 
 
-def test_trace_replay_keeps_order_offsets_and_lengths(tmp_path) -> None:
-    trace = tmp_path / "t.jsonl"
-    rows = [{"timestamp": 1000 + 40 * i + (i % 3) * 7, "input_length": 2, "output_length": 1 + i % 4,
-             "hash_ids": [i]} for i in range(15)]
-    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    entries = load_trace(trace)
-    assert entries[0].offset_s == 1.0 and entries[3].output_tokens == 4 and entries[2].extra == {"hash_ids": [2]}
-    bodies = [body(e.output_tokens) for e in entries]
-    with serve_in_thread(FakeServerConfig(ttft_s=0.002)) as srv:
-        res = run_load_sync(srv.url, CHAT, bodies, LoadSpec.trace([e.offset_s for e in entries]),
-                            cell_id="tr", processes=1)
-        truth = srv.truth()["requests"]
-    assert [r.output_tokens for r in res.records] == [e.output_tokens for e in entries]
-    order = [q["request_id"] for q in sorted(truth, key=lambda q: q["received_at"])]
-    assert order == [f"tr:{i}" for i in range(15)]                             # replay order kept
-    sched = np.array([r.scheduled_at for r in res.records])
-    want = np.array([e.offset_s for e in entries]) - entries[0].offset_s
-    assert np.allclose(sched - sched[0], want, atol=1e-6)
-    recv = np.array([q["received_at"] for q in sorted(truth, key=lambda q: q["received_at"])])
-    assert np.abs((recv - recv[0]) - want).max() < 0.02
-    with pytest.raises(ValueError):
-        LoadSpec.trace([0.0, 1.0, 0.5])
-
-
 def test_duration_stop_and_closed_concurrency() -> None:
     with serve_in_thread(FakeServerConfig(ttft_s=0.01, itl_s=0.002)) as srv:
         res = run_load_sync(srv.url, CHAT, [body(3)] * 6, LoadSpec.closed(3), warmup=2,
@@ -143,30 +112,20 @@ def test_multiprocess_split_and_merge() -> None:
     assert np.median([r.sent_at - r.scheduled_at for r in op.records]) < 0.005
 
 
-def _fake_result(ttft_ms: float) -> LoadResult:
-    recs = []
-    for i in range(20):
-        t = 1000.0 + i
-        recs.append(RequestRecord(f"c:{i}", "c", t, sent_at=t, first_chunk_at=t + ttft_ms / 1000,
-                                  done_at=t + ttft_ms / 1000 + 0.01, chunk_times=[t + ttft_ms / 1000],
-                                  chunk_tokens=[1], output_tokens=1, prompt_tokens=1,
-                                  http_status=200, finish_reason="length", served_model="m"))
-    lag = LagStats.from_seconds([0.0])
-    return LoadResult("c", 1, recs, [], recs[0].sent_at, recs[-1].done_at, lag, lag)
+def test_each_load_point_of_the_sweep_spec_drives_its_mode() -> None:
+    from servebench.config import LoadPoints
+    from servebench.bench import load_spec_for
 
-
-def test_sweep_finds_highest_passing_load() -> None:
-    seen = []
-
-    def run_point(rate: float) -> LoadResult:
-        seen.append(rate)
-        return _fake_result(ttft_ms=rate)            # latency grows with load
-
-    out = find_max_load(run_point, slo_check(Slo(ttft_ms=37.5)), start=4.0, rel_tol=0.05)
-    assert out.best is not None and 35.6 <= out.best <= 37.5
-    assert seen[:4] == [4.0, 8.0, 16.0, 32.0] and not out.points[4].passed
-    conc = find_max_load(run_point, slo_check(Slo(ttft_ms=37.5)), start=1, integer=True)
-    assert conc.best == 37.0
-    sat = _fake_result(1.0)
-    sat.send_lag = LagStats.from_seconds([0.2])
-    assert slo_check(Slo())(sat)[0] is False and math.isnan(LagStats.from_seconds([]).p50_ms)
+    load = LoadPoints(concurrency=[4], rates=[20], max_throughput=True, max_concurrency=8,
+                      arrival="gamma", burstiness=0.5, seed=3, client_processes="auto")
+    points = load.points()
+    assert [p.label for p in points] == ["c4", "r20", "max"]
+    specs = [load_spec_for(p, load) for p in points]
+    assert specs[0] == LoadSpec.closed(4)
+    assert specs[1] == LoadSpec.open(20, arrival="gamma", burstiness=0.5, seed=3,
+                                     max_concurrency=8)
+    assert specs[2] == LoadSpec.max_throughput(8)
+    with pytest.raises(ValueError, match="client_processes"):
+        LoadPoints(concurrency=[1], client_processes=0)
+    with pytest.raises(ValueError, match="max_throughput"):
+        LoadPoints()

@@ -1,4 +1,7 @@
-"""Load modes: closed loop, open loop (Poisson/gamma arrivals), max throughput, trace replay.
+"""Load modes: closed loop, open loop (Poisson/gamma arrivals), max throughput -- each a kind
+of load point in the sweep spec (``load.concurrency``, ``load.rates``, ``load.max_throughput``)
+-- and explicit arrival offsets (``trace``: how ``multiproc`` hands each client process its
+share of an open-loop schedule).
 
 One engine drives every mode; a :class:`LoadSpec` says which:
 
@@ -12,9 +15,8 @@ One engine drives every mode; a :class:`LoadSpec` says which:
   ``max_concurrency`` arrivals that find every slot busy wait in FIFO order; that wait is
   reported as :attr:`LoadResult.queue_wait`, not as client lag.
 * ``LoadSpec.max_throughput(max_concurrency=None)`` — everything arrives at once.
-* ``LoadSpec.trace(offsets, max_concurrency=None, time_scale=1.0)`` — replay arrival offsets
-  (seconds from the start, e.g. from :func:`load_trace`) in order; ``bodies`` are parallel to
-  the trace (build them from the trace's lengths).
+* ``LoadSpec.trace(offsets, max_concurrency=None, time_scale=1.0)`` — send at these arrival
+  offsets (seconds from the start) in order; ``bodies`` are parallel to them.
 
 Common to all modes:
 
@@ -39,12 +41,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import math
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -142,51 +142,6 @@ def arrival_offsets(n: int, rate: float, arrival: str = "poisson", burstiness: f
         raise ValueError(f"unknown arrival {arrival!r}")
     off = np.cumsum(gaps)
     return off - off[0] if n else off
-
-
-@dataclass(frozen=True)
-class TraceEntry:
-    """One request of a trace: arrival offset (s) and requested lengths (tokens, if given)."""
-
-    offset_s: float
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    extra: dict[str, Any] | None = None
-
-
-def _pop_int(obj: dict[str, Any], *keys: str) -> int | None:
-    for k in keys:
-        if k in obj:
-            return int(obj.pop(k))
-    return None
-
-
-def load_trace(path: str | Path) -> list[TraceEntry]:
-    """Read a JSONL trace: one object per line with an offset and lengths, in file order.
-
-    Offset keys: ``offset_s`` (seconds) or ``timestamp`` (milliseconds, the Mooncake trace
-    format). Lengths: ``input_tokens``/``input_length``/``prompt_tokens`` and
-    ``output_tokens``/``output_length``/``max_tokens``. Other keys are kept in ``extra``.
-    Offsets must be non-decreasing (replay keeps file order).
-    """
-    out: list[TraceEntry] = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        obj = json.loads(line)
-        if "offset_s" in obj:
-            off = float(obj.pop("offset_s"))
-        elif "timestamp" in obj:
-            off = float(obj.pop("timestamp")) / 1000.0
-        else:
-            raise ValueError(f"{path}:{n}: no offset_s or timestamp")
-
-        inp = _pop_int(obj, "input_tokens", "input_length", "prompt_tokens")
-        outp = _pop_int(obj, "output_tokens", "output_length", "max_tokens")
-        if out and off < out[-1].offset_s:
-            raise ValueError(f"{path}:{n}: offset {off} goes back in time")
-        out.append(TraceEntry(off, inp, outp, obj or None))
-    return out
 
 
 # -- senders ----------------------------------------------------------------------------------

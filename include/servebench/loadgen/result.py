@@ -11,10 +11,6 @@ import numpy as np
 from servebench.loadgen.records import RequestRecord
 from servebench.metrics import CLIENT_LAG_BOUND_MS, client_lag_reasons
 
-# A cell whose client fell this far behind its own schedule measured the client, not the server
-# (send lag p99, or event-loop lag p95, in milliseconds): the one bound, defined with its rule
-LAG_BOUND_MS = CLIENT_LAG_BOUND_MS
-
 
 @dataclass(frozen=True, slots=True)
 class LagStats:
@@ -91,12 +87,12 @@ class LoadResult:
         """Warm-up then measured records (for storing every raw row)."""
         return [*self.warmup_records, *self.records]
 
-    def client_lag_reasons(self, bound_ms: float = LAG_BOUND_MS) -> list[str]:
+    def client_lag_reasons(self, bound_ms: float = CLIENT_LAG_BOUND_MS) -> list[str]:
         """Why this load measured the client rather than the server (empty: it did not); the
         rule is ``metrics.client_lag_reasons``."""
         return client_lag_reasons(self.send_lag.p99_ms, self.loop_lag.p95_ms, bound_ms)
 
     @property
     def client_saturated(self) -> bool:
-        """True when send lag p99 or event-loop lag p95 exceeds :data:`LAG_BOUND_MS`."""
+        """True when send lag p99 or event-loop lag p95 exceeds :data:`servebench.metrics.CLIENT_LAG_BOUND_MS`."""
         return bool(self.client_lag_reasons())

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from servebench.config import LoadPoint, SweepSpec, TargetSpec, VariantSpec
+from servebench.config import LoadPoint, LoadPoints, SweepSpec, TargetSpec, VariantSpec
 from servebench.cost import cost_fields
 from servebench.errors import LaunchError
 from servebench.evals.runner import EvalOutcome, run_golden_set
@@ -57,6 +57,32 @@ def _first(text: str) -> str:
     return text.splitlines()[0]  # the log tail stays in the task log
 
 
+def load_spec_for(point: LoadPoint, load: LoadPoints) -> LoadSpec:
+    """How the load generator drives ``point`` of the sweep's ``load`` section."""
+    if point.mode == "closed":
+        return LoadSpec.closed(point.concurrency)
+    if point.mode == "max":
+        return LoadSpec.max_throughput(point.concurrency)
+    return LoadSpec.open(point.request_rate, arrival=load.arrival, burstiness=load.burstiness,
+                         seed=load.seed, max_concurrency=point.concurrency)
+
+
+def cell_identity(spec: SweepSpec, target: TargetSpec, variant: VariantSpec, workload: str,
+                  point: LoadPoint) -> dict:
+    """The cells columns that say which cell a row is -- the same for a measured cell, one that
+    failed on the host and one whose bench task left nothing (``pipeline``)."""
+    return {
+        "cell_id": cell_id(target.name, variant.name, workload, point),
+        "target": target.name, "stack": target.stack, "variant": variant.name,
+        "model": variant.model, "quant": variant.quant,
+        "workload": workload, "load_point": point.label, "load_mode": point.mode,
+        "concurrency": point.concurrency, "request_rate": point.request_rate,
+        "arrival": spec.load.arrival if point.mode == "open" else None,
+        "sampling_hash": spec.sampling.spec_hash(),
+        "price_per_hour": target.price_per_hour(spec.price_per_hour),
+    }
+
+
 def cell_id(target: str, variant: str, workload: str, point: LoadPoint) -> str:
     return f"{target}/{variant}/{workload}/{point.label}"
 
@@ -91,18 +117,7 @@ class VariantRunner:
     def _base_row(self, workload: str, point: LoadPoint, argv: list[str] | None) -> dict:
         model_path = self.settings.resolve(self.variant.model)
         return {
-            "cell_id": cell_id(self.target.name, self.variant.name, workload, point),
-            "target": self.target.name,
-            "stack": self.target.stack,
-            "variant": self.variant.name,
-            "model": self.variant.model,
-            "quant": self.variant.quant,
-            "workload": workload,
-            "load_point": point.label,
-            "load_mode": point.mode,
-            "concurrency": point.concurrency,
-            "request_rate": point.request_rate,
-            "arrival": self.spec.load.arrival if point.mode == "open" else None,
+            **cell_identity(self.spec, self.target, self.variant, workload, point),
             "engine": self.adapter.engine,
             "engine_version": self._engine_version,
             "engine_notes": self._engine_notes(),
@@ -111,8 +126,6 @@ class VariantRunner:
                else {}),
             "model_file_sha256": file_sha256(model_path),
             "hardware": self.hardware,
-            "sampling_hash": self.spec.sampling.spec_hash(),
-            "price_per_hour": self.target.price_per_hour(self.spec.price_per_hour),
         }
 
     def _failed_cells(self, reason: str, argv: list[str] | None, workloads=None) -> None:
@@ -261,16 +274,17 @@ class VariantRunner:
             for p in items
         ]
         cid = cell_id(self.target.name, self.variant.name, workload_name, point)
-        load_spec = LoadSpec.closed(point.concurrency) if point.mode == "closed" else \
-            LoadSpec.open(point.request_rate, arrival=self.spec.load.arrival,
-                          burstiness=self.spec.load.burstiness, seed=self.spec.load.seed,
-                          max_concurrency=point.concurrency)
+        load_spec = load_spec_for(point, self.spec.load)
         before = scrape(endpoint.base_url, endpoint.metrics_path, headers=endpoint.headers)
         load = run_load_sync(
             endpoint.base_url, endpoint.chat_path, bodies, load_spec, warmup=warmup,
             cell_id=cid, timeout_s=self.spec.load.request_timeout_s, headers=endpoint.headers,
             prompt_tokens_requested=[p.input_tokens for p in items],
+            processes=self.spec.load.client_processes,
         )
+        for processes, send_lag, loop_lag in load.scale_attempts:
+            log.info("cell %s: re-run with more client processes: %d lagged (send lag p99 "
+                     "%.1f ms, event-loop lag p95 %.1f ms)", cid, processes, send_lag, loop_lag)
         after = scrape(endpoint.base_url, endpoint.metrics_path, headers=endpoint.headers)
         server_delta = deltas(before, after)
         # what the workload asked for, not what the body said: an override that changed the
