@@ -30,11 +30,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
+from servebench.bench import VariantRunner
 from servebench.config import SLOSpec, SweepSpec, load_sweep
 from servebench.errors import ReleaseGateFailed
 from servebench.evals.gate import gate_columns
 from servebench.provision.base import Provisioner
-from servebench.bench import VariantRunner
 from servebench.settings import Settings, get_settings
 from servebench.trends.series import BY_COLUMN, metric_label
 

@@ -113,8 +113,8 @@ def test_multiprocess_split_and_merge() -> None:
 
 
 def test_each_load_point_of_the_sweep_spec_drives_its_mode() -> None:
-    from servebench.config import LoadPoints
     from servebench.bench import load_spec_for
+    from servebench.config import LoadPoints
 
     load = LoadPoints(concurrency=[4], rates=[20], max_throughput=True, max_concurrency=8,
                       arrival="gamma", burstiness=0.5, seed=3, client_processes="auto")
