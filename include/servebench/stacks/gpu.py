@@ -1,0 +1,143 @@
+"""What the GPU engines that serve a Hugging Face checkpoint share (vLLM, SGLang, TensorRT-LLM,
+TGI): which quants they refuse (GGUF's belong to llama_cpp), the plan-time checks of a variant's
+quant, dtype and KV-cache dtype against each engine's own tables, the weights dtype a quant
+name implies, and the launch -- the same command line as a local process or in the engine's
+container image. Each adapter declares its tables, its command line (``_args``) and what is
+its own (speculative decoding, extra files, environment).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import ClassVar
+
+from servebench.config import SamplingSpec, VariantSpec
+from servebench.settings import Settings
+from servebench.stacks.base import (
+    ContainerLaunch,
+    LaunchSpec,
+    StackAdapter,
+    chat_request,
+    hf_model_in_container,
+    vllm_style_sampling,
+)
+from servebench.stacks.llama_cpp import GGUF_QUANTS
+
+# a quant name that is a precision says the weights' dtype (the engines' --dtype choices)
+QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
+                "fp16": "float16", "float16": "float16"}
+GGUF_ONLY = GGUF_QUANTS - {"bf16", "f16", "f32"}
+
+
+def weights_dtype(variant: VariantSpec) -> str | None:
+    """The variant's ``dtype``, else the one its quant name says (None: the engine's own)."""
+    return variant.dtype or QUANT_DTYPES.get(variant.quant.lower())
+
+
+class HfGpuStack(StackAdapter):
+    """A GPU engine serving a Hugging Face checkpoint (a hub id or a local folder)."""
+
+    default_image: ClassVar[str]  # pin per variant with `image:`
+    entrypoint: ClassVar[tuple[str, ...] | None]  # in the image (None: the image's own)
+    local_command: ClassVar[tuple[str, ...]]  # the same server as a local process
+    shm_size: ClassVar[str] = "16g"  # NCCL between tensor-parallel workers uses /dev/shm
+    quants: ClassVar[Collection[str]]  # the quant names it serves
+    quant_flag: ClassVar[str] = "--quantization"  # how the quant-table message names it
+    deprecated_quants: ClassVar[dict[str, str]] = {}
+    dtypes: ClassVar[Collection[str]]  # its --dtype choices
+    kv_cache_dtypes: ClassVar[Collection[str]]  # the kv_cache_dtype values it takes
+    # the request dialect: vLLM's protocol (SGLang and TensorRT-LLM copy it)
+    top_k_disabled: ClassVar[int] = -1  # the top_k that turns top-k off
+    length_field: ClassVar[str] = "max_tokens"
+
+    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        return [*self.precision_problems(variant), *self.speculative_problems(variant)]
+
+    def precision_problems(self, variant: VariantSpec) -> list[str]:
+        problems = []
+        quant = variant.quant.lower()
+        if quant in GGUF_ONLY:
+            problems.append(f"field quant {variant.quant!r}: {self.name} does not serve GGUF "
+                            "quants (they belong to llama_cpp)")
+        elif quant in self.deprecated_quants:
+            problems.append(f"field quant {variant.quant!r}: {self.deprecated_quants[quant]}")
+        elif quant not in self.quants:
+            problems.append(f"field quant {variant.quant!r}: {self.name} {self.quant_flag} "
+                            f"knows {sorted(self.quants)}")
+        if variant.dtype is not None and variant.dtype not in self.dtypes:
+            problems.append(f"field dtype {variant.dtype!r}: {self.name} --dtype takes "
+                            f"{sorted(self.dtypes)}")
+        kv = variant.kv_cache_dtype
+        if kv is not None and kv not in self.kv_cache_dtypes:
+            problems.append(f"field kv_cache_dtype {kv!r}: {self.name} takes "
+                            f"{sorted(self.kv_cache_dtypes)}")
+        return problems
+
+    def speculative_problems(self, variant: VariantSpec) -> list[str]:
+        return []
+
+    def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
+        raise NotImplementedError
+
+    def chat_body(self, *, served_model: str, messages: list[dict], sampling: SamplingSpec,
+                  max_tokens: int, force_length: bool, variant: VariantSpec) -> dict:
+        return {
+            **chat_request(served_model=served_model, messages=messages, sampling=sampling,
+                           max_tokens=max_tokens, continuous_usage=True,
+                           length_field=self.length_field),
+            **vllm_style_sampling(sampling, max_tokens=max_tokens, force_length=force_length,
+                                  top_k_disabled=self.top_k_disabled),
+        }
+
+    # -- what differs per engine around the same launch (defaults: none) --------------------
+    def served_model(self, variant: VariantSpec, model: str, folder: bool) -> str:
+        """The name the server answers with, serving ``model`` (a folder when ``folder``)."""
+        return variant.model
+
+    def env(self, variant: VariantSpec) -> dict[str, str]:
+        return {}
+
+    def model_in_container(self, variant: VariantSpec,
+                           settings: Settings) -> tuple[str, dict[str, str]]:
+        return hf_model_in_container(variant, settings)
+
+    def container_files(self, variant: VariantSpec) -> tuple[dict[str, str], dict]:
+        """Files the server reads (path in the container -> text), and ``_args`` keywords."""
+        return {}, {}
+
+    def local_files(self, variant: VariantSpec, settings: Settings) -> dict:
+        """The same files written on this host: ``_args`` keywords."""
+        return {}
+
+    # -- launches ---------------------------------------------------------------------------
+    def local_launch(
+        self, variant: VariantSpec, *, host: str, port: int, settings: Settings
+    ) -> LaunchSpec:
+        local = settings.resolve(variant.model)
+        model = str(local) if local.exists() else variant.model
+        argv = [*self.local_command,
+                *self._args(variant, model, host=host, port=port,
+                            **self.local_files(variant, settings))]
+        return LaunchSpec(argv=argv, served_model=self.served_model(variant, model, local.is_dir()),
+                          env=self.env(variant), metrics_path=self.metrics_path)
+
+    def container_launch(
+        self, variant: VariantSpec, *, port: int, settings: Settings
+    ) -> ContainerLaunch:
+        model, volumes = self.model_in_container(variant, settings)
+        files, keywords = self.container_files(variant)
+        return ContainerLaunch(
+            image=variant.image or self.default_image,
+            entrypoint=list(self.entrypoint) if self.entrypoint is not None else None,
+            command=self._args(variant, model, host="0.0.0.0", port=port, **keywords),
+            served_model=self.served_model(variant, model,
+                                           settings.resolve(variant.model).is_dir()),
+            port=port,
+            env=self.env(variant),
+            ports={port: port},
+            gpus=variant.tensor_parallel_size,
+            shm_size=self.shm_size,
+            volumes=volumes,
+            files=files,
+            metrics_path=self.metrics_path,
+        )
