@@ -67,6 +67,13 @@ def load_spec_for(point: LoadPoint, load: LoadPoints) -> LoadSpec:
                          seed=load.seed, max_concurrency=point.concurrency)
 
 
+def length_control(exact: bool) -> str:
+    """A cell's ``length_control``: ``exact`` (every answer as long as the workload asked) or
+    ``natural`` (answers end where the model ends them, capped at that length: a stack that
+    cannot force lengths). Natural cells are compared only with their own history."""
+    return "exact" if exact else "natural"
+
+
 def cell_identity(spec: SweepSpec, target: TargetSpec, variant: VariantSpec, workload: str,
                   point: LoadPoint) -> dict:
     """The cells columns that say which cell a row is -- the same for a measured cell, one that
@@ -265,10 +272,11 @@ class VariantRunner:
                   prompts) -> None:
         warmup = self.spec.load.warmup_requests
         items = prompts[:warmup] + prompts  # warm-up reuses the first prompts
+        exact = self.adapter.forces_length(self.variant)
         bodies = [
             {**self.adapter.chat_body(
                 served_model=endpoint.served_model, messages=p.messages,
-                sampling=self.spec.sampling, max_tokens=p.output_tokens, force_length=True,
+                sampling=self.spec.sampling, max_tokens=p.output_tokens, force_length=exact,
                 variant=self.variant,
             ), **self.variant.request_overrides}
             for p in items
@@ -296,7 +304,7 @@ class VariantRunner:
             (load.window_start, load.window_end),
             slo=Slo(self.spec.slos.ttft_ms, self.spec.slos.tpot_ms, self.spec.slos.e2e_ms),
             checks=ValidityChecks(
-                exact_output_length=True,
+                exact_output_length=exact,
                 max_error_rate=self.spec.load.max_error_rate,
                 expected_model=endpoint.served_model,
                 prompt_abs_tolerance=max(p.template_slack for p in items),
@@ -315,6 +323,7 @@ class VariantRunner:
             status="failed" if failed else ("invalid" if reasons else "ok"),
             reason="; ".join(reasons) or None,
             output_tokens_requested=prompts[0].output_tokens,
+            length_control=length_control(exact),
             prefix_cache_hit_rate=cell_prefix_cache_hit_rate(
                 server_delta, self.adapter.prefix_cache_counters, load.records),
             client_send_lag_ms_p99=load.send_lag.p99_ms,  # the two statistics the

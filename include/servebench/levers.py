@@ -82,6 +82,9 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame, *, n_boot: int = N_B
         base = ok[(ok["target"] == cell["target"]) & (ok["variant"] == base_name)
                   & (ok["workload"] == cell["workload"])
                   & (ok["load_point"] == cell["load_point"])]
+        if "length_control" in ok.columns:  # a natural-length cell is not an exact one's peer
+            base = base[base["length_control"].fillna("exact")
+                        == (cell.get("length_control") or "exact")]
         if base.empty:
             continue
         base = base.iloc[0].to_dict()

@@ -119,6 +119,12 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
                 problems.append(
                     f"{where}.variants[{v_idx}](name={variant.name}): {target.stack}: {problem}"
                 )
+            if not adapter.forces_length(variant):
+                warnings.append(
+                    f"{where}.variants[{v_idx}](name={variant.name}): {target.stack} cannot force "
+                    f"exact output lengths ({adapter.natural_length_reason}): its perf cells run "
+                    "at natural length (length_control natural), compared only with their own "
+                    "history")
             outside = adapter.image_problem(variant.image) if variant.image else None
             if outside:  # it may well run; what it does with our flags is unchecked
                 warnings.append(f"{where}.variants[{v_idx}](name={variant.name}).image: "

@@ -86,7 +86,8 @@ def smoke_variant(spec: SweepSpec, target: TargetSpec, variant: VariantSpec,
         body = adapter.chat_body(
             served_model=server.served_model,
             messages=[{"role": "user", "content": SMOKE_PROMPT}],
-            sampling=spec.sampling, max_tokens=SMOKE_TOKENS, force_length=True, variant=variant,
+            sampling=spec.sampling, max_tokens=SMOKE_TOKENS,
+            force_length=adapter.forces_length(variant), variant=variant,
         )
         url = server.base_url + server.chat_path
         with httpx.Client(timeout=spec.load.request_timeout_s) as client, \

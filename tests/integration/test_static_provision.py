@@ -56,3 +56,22 @@ def test_an_endpoint_that_does_not_answer_fails_its_cells_with_why(local_sweep):
     assert cell["status"] == "failed"
     assert f"static endpoint http://127.0.0.1:{port}/health not healthy" in cell["reason"]
     assert "ConnectError" in cell["reason"]
+
+
+def test_a_stack_that_cannot_force_lengths_is_measured_at_natural_length(llama_server,
+                                                                          local_sweep,
+                                                                          monkeypatch):
+    """The path TGI and a hosted OpenAI-schema API take (here a llama-server told it cannot
+    force lengths): each answer ends where the model ends it, capped at the workload's length;
+    the cell says length_control natural and is judged without the exact-length rule."""
+    from servebench.stacks.llama_cpp import LlamaCppStack
+
+    monkeypatch.setattr(LlamaCppStack, "forces_length", lambda self, variant: False)
+    server = llama_server
+    result = _run(_spec(local_sweep, server.base_url, server.served_model))
+    [cell] = result.cells
+    assert cell["length_control"] == "natural"
+    # (a short natural answer may arrive in one read: timing_unresolved is still the rule's)
+    assert cell["status"] in ("ok", "invalid") and "exact length" not in (cell["reason"] or "")
+    assert all(r["output_tokens"] <= 8 for r in result.requests if r["ok"])  # capped
+    assert cell["accuracy"] is not None  # the golden set, as for every stack

@@ -231,11 +231,12 @@ def test_tgi_launch_flags_and_env(settings):
     assert local.env["PREFIX_CACHING"] == "1" and local.served_model == MODEL
 
 
-def test_tgi_cannot_force_length_and_rejects_what_it_cannot_run(settings):
+def test_tgi_runs_at_natural_length_and_rejects_what_it_cannot_run(settings):
     adapter = get_stack("tgi")
-    assert adapter.can_force_length is False
-    ok = adapter.check(variant(quant="bf16"), settings)
-    assert len(ok) == 1 and "exact output length: tgi cannot force it" in ok[0]
+    v = variant(quant="bf16")
+    assert adapter.can_force_length is False and adapter.forces_length(v) is False
+    assert adapter.check(v, settings) == []  # perf cells at natural length, the golden set
+    assert "#1944" in adapter.natural_length_reason
     msg = problems("tgi", settings, quant="q4_k_m", kv_cache_dtype="fp8_inc",
                    speculative=DRAFT)
     assert "field quant 'q4_k_m': tgi does not serve GGUF" in msg
@@ -340,10 +341,9 @@ def test_openai_api_is_static_and_reports_what_it_cannot_force(settings, monkeyp
     monkeypatch.setenv("SB_TEST_KEY", "sk-test")
     ep = EndpointSpec(base_url="https://api.example.com/v1/", api_key_env="SB_TEST_KEY")
     v = variant(model="gpt-4o-mini", endpoint=ep)
-    msg = "\n".join(adapter.check(v, settings))
-    assert "field endpoint.dialect 'openai': openai_api cannot force exact output length" in msg
+    assert adapter.check(v, settings) == [] and adapter.forces_length(v) is False
     vllm_ep = variant(model="m", endpoint=ep.model_copy(update={"dialect": "vllm"}))
-    assert adapter.check(vllm_ep, settings) == []
+    assert adapter.check(vllm_ep, settings) == [] and adapter.forces_length(vllm_ep) is True
     launchy = "\n".join(adapter.check(variant(endpoint=ep, kv_cache_dtype="fp8",
                                               prefix_caching=False), settings))
     assert "field kv_cache_dtype: openai_api" in launchy and "field prefix_caching" in launchy
@@ -474,3 +474,15 @@ def test_sglang_seed_limit_is_recorded_when_sampling_uses_it():
     [limit] = sglang.known_limits(variant(), HOT)
     assert "seed" in limit and "--enable-deterministic-inference" in limit
     assert sglang.known_limits(variant(extra_args=["--enable-deterministic-inference"]), HOT) == []
+
+
+def test_a_stack_that_cannot_force_lengths_gets_natural_length_cells_with_their_own_history():
+    from servebench.bench import length_control
+    from servebench.trends.series import series_id
+
+    assert (length_control(True), length_control(False)) == ("exact", "natural")
+    cell = {"target": "t", "variant": "v", "workload": "w", "load_point": "c4", "stack": "tgi",
+            "model_file_sha256": None, "hardware": "h100"}
+    exact = series_id({**cell, "length_control": "exact"}, "ttft_ms_p95")
+    assert exact == series_id(cell, "ttft_ms_p95")  # older rows (no column) are exact
+    assert series_id({**cell, "length_control": "natural"}, "ttft_ms_p95") != exact

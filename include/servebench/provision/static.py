@@ -85,9 +85,6 @@ class StaticProvisioner(Provisioner):
         if target.stack in HOSTED_STACKS:  # its own checks are all about its endpoint
             return adapter.check(variant, settings)
         problems = []
-        if not adapter.can_force_length:
-            problems.append(f"{target.stack} cannot force an exact output length, which every "
-                            "load cell needs")
         ep = variant.endpoint
         if ep is not None and ep.conn_id:
             from airflow.sdk.exceptions import AirflowNotFoundException

@@ -86,6 +86,7 @@ class StackAdapter(ABC):
     tokenize_path: ClassVar[str | None] = None
     # whether ``chat_body(force_length=True)`` really yields exactly max_tokens tokens
     can_force_length: ClassVar[bool] = True
+    natural_length_reason: ClassVar[str | None] = None  # why not, where it cannot
     # False where forced tokens may be special ones the server does not stream as text
     # (transformers serve): usage still proves the length, but chunks undercount it.
     forced_tokens_stream_as_text: ClassVar[bool] = True
@@ -99,6 +100,12 @@ class StackAdapter(ABC):
     checked_versions: ClassVar[str | None] = None
     # GET path where a running server reports its version (read by ``served_version``)
     version_path: ClassVar[str | None] = None
+
+    def forces_length(self, variant: VariantSpec) -> bool:
+        """Whether ``variant``'s perf cells get exact output lengths (``length_control``
+        ``exact``); else they run at natural length, capped at the workload's, and are compared
+        only with their own history (``natural``)."""
+        return self.can_force_length
 
     @abstractmethod
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:

@@ -37,8 +37,8 @@ from servebench.stacks.base import (
 
 EXACT_LENGTH_PROBLEM = (
     "field endpoint.dialect 'openai': openai_api cannot force exact output length (the OpenAI "
-    "schema has no ignore_eos/min_tokens) and every load cell needs it; use dialect 'vllm' "
-    "only if the provider honours ignore_eos/min_tokens"
+    "schema has no ignore_eos/min_tokens); use dialect 'vllm' only if the provider honours "
+    "ignore_eos/min_tokens"
 )
 # fields of the variant that describe a server we launch; a hosted API has none of them
 _LAUNCH_FIELDS = ("kv_cache_dtype", "max_num_batched_tokens", "speculative", "image",
@@ -50,15 +50,18 @@ class OpenAIApiStack(StackAdapter):
     name = "openai_api"
     engine = "openai-api"
     chat_path = "/chat/completions"  # base URLs end in /v1, as openai-python's do
-    can_force_length = False  # only with endpoint.dialect 'vllm'; check() says which
+    can_force_length = False  # only with endpoint.dialect 'vllm' (forces_length)
+    natural_length_reason = ("the OpenAI schema has no ignore_eos/min_tokens; dialect 'vllm' "
+                             "for a provider that honours them")
+
+    def forces_length(self, variant: VariantSpec) -> bool:
+        return variant.endpoint is not None and variant.endpoint.dialect == "vllm"
 
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
         ep = variant.endpoint
         if ep is None:
             return ["field endpoint: openai_api needs endpoint (base_url or conn_id) to call"]
         problems = []
-        if ep.dialect == "openai":
-            problems.append(EXACT_LENGTH_PROBLEM)
         for name in _LAUNCH_FIELDS:
             if getattr(variant, name) is not None:
                 problems.append(f"field {name}: openai_api launches nothing; a hosted API's "

@@ -25,8 +25,9 @@ What TGI cannot do:
 * force an exact output length. Neither ``/v1/chat/completions`` nor the native
   ``/generate_stream`` accepts ``ignore_eos``/``min_tokens`` (the router keeps
   ``ignore_eos_token`` for its own benchmark tool: issues #1304, #1944, PR #898 closed).
-  ``check`` therefore rejects TGI variants while load cells require exact length;
-  ``can_force_length`` is False.
+  ``can_force_length`` is False: TGI's perf cells run at natural length (``length_control``
+  ``natural``, capped at the workload's length, compared only with their own history; plan
+  warns), and its golden-set answers are scored as every stack's are.
 * carry top_k or min_p on the OpenAI route (its ChatRequest has only the OpenAI fields;
   unknown fields are silently dropped), so ``sampling_problems`` rejects any non-neutral value
   rather than sending something TGI ignores. repetition_penalty *is* carried: the chat route
@@ -56,11 +57,6 @@ QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantize
 DTYPES = {"float16", "bfloat16"}
 KV_CACHE_DTYPES = {"fp8": "fp8_e4m3fn", "fp8_e4m3": "fp8_e4m3fn", "fp8_e4m3fn": "fp8_e4m3fn",
                    "fp8_e5m2": "fp8_e5m2"}
-EXACT_LENGTH_PROBLEM = (
-    "exact output length: tgi cannot force it (router/src/validation.rs hard-codes "
-    "ignore_eos_token false and no HTTP route has ignore_eos or min_new_tokens: "
-    "huggingface/text-generation-inference#1944), and every load cell needs it"
-)
 HUB_CACHE_IN_CONTAINER = "/data/hub"  # the image's HF_HOME=/data, plus huggingface_hub's hub/
 
 
@@ -75,11 +71,11 @@ class TgiStack(HfGpuStack):
     quants, quant_flag, dtypes = QUANT_FLAGS, "--quantize", DTYPES
     kv_cache_dtypes = frozenset({"auto", *KV_CACHE_DTYPES})
     can_force_length = False
+    natural_length_reason = ("router/src/validation.rs hard-codes ignore_eos_token false and no "
+                             "HTTP route has ignore_eos or min_new_tokens: "
+                             "huggingface/text-generation-inference#1944")
     checked_versions = ">=3.2,<4"
     version_path = "/info"  # {"version": "3.3.6-dev0", "sha": ..., ...}
-
-    def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
-        return [EXACT_LENGTH_PROBLEM, *super().check(variant, settings)]
 
     def precision_problems(self, variant: VariantSpec) -> list[str]:
         problems = super().precision_problems(variant)

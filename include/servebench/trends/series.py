@@ -61,6 +61,8 @@ def series_id(row: dict | pd.Series, metric: str) -> str:
     where = "/".join(str(row.get(k) or "*") for k in ("target", "variant", "workload",
                                                           "load_point"))
     hidden = "|".join(str(row.get(k)) for k in ("stack", "model_file_sha256", "hardware"))
+    if row.get("length_control") == "natural":  # never compared with exact-length history
+        hidden += "|natural"
     return f"{where}/{metric}#{hashlib.sha256(hidden.encode()).hexdigest()[:8]}"
 
 
