@@ -225,8 +225,8 @@ def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
 
 
 def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch):
-    from servebench.results.store import ResultStore
     from servebench.bench import VariantRunner
+    from servebench.results.store import ResultStore
 
     ec2, _, _, _, env, _ = aws
 
@@ -249,9 +249,9 @@ def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch
 
 
 def test_a_spot_interruption_fails_the_variant_with_the_instance_reason(aws, local_sweep):
+    from servebench.bench import VariantRunner
     from servebench.config import load_sweep
     from servebench.provision.ec2 import Ec2Provisioner
-    from servebench.bench import VariantRunner
 
     ec2 = aws[0]
     spec = load_sweep(_sweep(aws, local_sweep, "spot", variants=("f16",), market="spot"))

@@ -12,9 +12,9 @@ becomes healthy: test_static_provision.py and test_local_provisioner.py.)
 
 import pytest
 from fault_proxy import FAULTS, FaultProxy, Faults
+from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
 from servebench.provision import get_provisioner
-from servebench.bench import VariantRunner
 from servebench.settings import get_settings
 
 pytestmark = pytest.mark.integration

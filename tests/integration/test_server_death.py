@@ -11,9 +11,9 @@ import time
 
 import pytest
 import yaml
+from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
 from servebench.provision.local import LocalProvisioner
-from servebench.bench import VariantRunner
 from servebench.settings import PROJECT_ROOT, get_settings
 
 pytestmark = pytest.mark.integration

@@ -4,10 +4,10 @@ set run through the same VariantRunner the DAG uses, and left running afterwards
 does not answer becomes failed cells that say so."""
 
 import pytest
+from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
 from servebench.provision import get_provisioner
 from servebench.provision.local import free_port
-from servebench.bench import VariantRunner
 from servebench.settings import get_settings
 
 pytestmark = pytest.mark.integration
