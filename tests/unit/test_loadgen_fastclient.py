@@ -220,7 +220,8 @@ def test_one_rule_picks_the_transport_by_scheme() -> None:
     (a hosted API's https) httpx -- the fast client speaks no TLS."""
     import inspect
 
-    from servebench.loadgen.engine import resolve_client, run_load
+    from servebench.loadgen.engine import run_load
+    from servebench.loadgen.transport import resolve_client
 
     assert inspect.signature(run_load).parameters["client"].default == "auto"
     assert resolve_client("auto", "http://127.0.0.1:8080") == "fast"

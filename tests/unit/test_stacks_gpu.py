@@ -9,10 +9,9 @@ import json
 import pytest
 import yaml
 from pydantic import ValidationError
-
 from servebench.config import EndpointSpec, SamplingSpec, SpeculativeSpec, VariantSpec
-from servebench.loadgen.client import _StreamState
 from servebench.loadgen.records import RequestRecord
+from servebench.loadgen.stream import StreamState
 from servebench.settings import Settings
 from servebench.stacks import get_stack
 from servebench.stacks.base import ContainerLaunch
@@ -385,7 +384,7 @@ def test_openai_api_endpoint_needs_a_source():
 
 # -- documented streamed response shapes ----------------------------------------------------
 def _feed(events: list[dict]) -> RequestRecord:
-    state = _StreamState(RequestRecord(request_id="r", cell_id="c", scheduled_at=0.0))
+    state = StreamState(RequestRecord(request_id="r", cell_id="c", scheduled_at=0.0))
     for i, event in enumerate(events):
         state.on_event(json.dumps(event).encode(), float(i))
     state.on_event(b"[DONE]", 99.0)

@@ -6,6 +6,8 @@ pulling in the engine):
 * modes: :class:`LoadSpec` (``closed``/``open``/``max_throughput``), :func:`run_load`
   (async), :func:`run_load_sync` (the runners' entry point);
 * arrivals: :func:`arrival_offsets`;
+* transports: :class:`Transport` (:class:`FastClient`, :class:`HttpxTransport`), chosen by
+  :func:`resolve_client`;
 * scaling out: :func:`run_load_multiprocess` (the sweep spec's ``load.client_processes``);
 * results: :class:`LoadResult`, :class:`LagStats`, :class:`RequestRecord`, :class:`Clock`.
 """
@@ -15,11 +17,12 @@ from __future__ import annotations
 from typing import Any
 
 _WHERE = {
-    "LoadSpec": "engine", "run_load": "engine", "run_load_sync": "engine",
-    "arrival_offsets": "engine",
+    "LoadSpec": "arrivals", "run_load": "engine", "run_load_sync": "engine",
+    "arrival_offsets": "arrivals",
     "run_load_multiprocess": "multiproc",
     "LoadResult": "result", "LagStats": "result",
     "RequestRecord": "records", "Clock": "records", "FastClient": "fastclient",
+    "Transport": "transport", "HttpxTransport": "transport", "resolve_client": "transport",
 }
 __all__ = list(_WHERE)
 

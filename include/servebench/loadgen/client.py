@@ -2,8 +2,8 @@
 
 The load runners use :mod:`servebench.loadgen.fastclient` by default (``client="auto"`` picks
 this one only for ``https``; ``client="httpx"`` forces it). This module stays the reference:
-the fast client parses every non-trivial event with :class:`_StreamState` from here, and the
-tests check that both produce the same records from the same streams.
+both build and parse their records with :mod:`servebench.loadgen.stream`, and the contract
+suite checks that both produce the same records from the same streams.
 
 Speaks Server-Sent Events from ``/v1/chat/completions`` (generated text in
 ``choices[0].delta.content``; ``delta.reasoning_content``/``delta.reasoning`` also count as
@@ -34,110 +34,20 @@ ships with Airflow; ~10% cheaper end to end), else the stdlib ``json``.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 from servebench.loadgen.records import Clock, RequestRecord
-
-try:  # msgspec is ~2-3x faster than json.loads on small chunks and comes with Airflow.
-    from msgspec import DecodeError as _DecodeError
-    from msgspec.json import decode as _json_decode
-except ImportError:  # pragma: no cover - depends on the environment
-    _json_decode = json.loads
-    _DecodeError = ValueError  # type: ignore[misc,assignment]
-
-_BODY_SNIPPET_BYTES = 300
-_DONE = b"[DONE]"
-
-
-def _short(exc: BaseException, limit: int = 200) -> str:
-    """``"<Class>: <message>"`` truncated to ``limit`` characters of message."""
-    msg = str(exc) or repr(exc)
-    return f"{type(exc).__name__}: {msg[:limit]}"
-
-
-class _StreamState:
-    """Mutable parse state for one response; keeps the per-event path free of lookups."""
-
-    __slots__ = ("cumulative_usage", "done", "error", "last_completion_tokens", "rec",
-                 "text_parts")
-
-    def __init__(self, rec: RequestRecord) -> None:
-        self.rec = rec
-        self.text_parts: list[str] = []
-        self.last_completion_tokens: int | None = None
-        # whether content chunks carry cumulative usage (vLLM/TensorRT-LLM
-        # continuous_usage_stats), decided by the first content chunk: usage that first
-        # appears on a later content chunk is a total, not that chunk's count
-        self.cumulative_usage: bool | None = None
-        self.done = False
-        self.error: str | None = None
-
-    def on_event(self, data: bytes, t: float) -> None:
-        """Apply one SSE ``data`` payload received at time ``t`` (epoch seconds)."""
-        if data == _DONE:
-            self.done = True
-            return
-        try:
-            obj = _json_decode(data)
-        except (_DecodeError, ValueError) as exc:
-            self.error = f"ProtocolError: bad JSON in SSE event ({exc}): {data[:80]!r}"
-            return
-        if not isinstance(obj, dict):
-            self.error = f"ProtocolError: SSE event is not an object: {data[:80]!r}"
-            return
-        rec = self.rec
-        err = obj.get("error")
-        if err:
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            self.error = f"StreamError: {str(msg)[:200]}"
-            return
-        if rec.served_model is None:
-            rec.served_model = obj.get("model")
-        usage = obj.get("usage")
-        choices = obj.get("choices")
-        text = None
-        if choices:
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta is not None:
-                text = delta.get("content")
-                timing_text = text or delta.get("reasoning_content") or delta.get("reasoning")
-            else:
-                text = choice.get("text")
-                timing_text = text
-            fr = choice.get("finish_reason")
-            if fr is not None:
-                rec.finish_reason = fr
-            if timing_text:
-                if text:
-                    self.text_parts.append(text)
-                if rec.first_chunk_at is None:
-                    rec.first_chunk_at = t
-                rec.chunk_times.append(t)
-                n = 1
-                ct = usage.get("completion_tokens") if usage else None
-                if self.cumulative_usage is None:
-                    self.cumulative_usage = ct is not None
-                if self.cumulative_usage and ct is not None:
-                    n = ct - (self.last_completion_tokens or 0)
-                    self.last_completion_tokens = ct
-                rec.chunk_tokens.append(n)
-        if usage:
-            pt = usage.get("prompt_tokens")
-            ct = usage.get("completion_tokens")
-            if pt is not None:
-                rec.prompt_tokens = pt
-            if ct is not None:
-                rec.output_tokens = ct
-            details = usage.get("prompt_tokens_details")
-            if isinstance(details, dict):
-                cached = details.get("cached_tokens")
-                if isinstance(cached, (int, float)):
-                    rec.prompt_tokens_cached = int(cached)
+from servebench.loadgen.stream import (
+    BODY_SNIPPET_BYTES,
+    StreamState,
+    finish_record,
+    new_record,
+    short_error,
+    status_error,
+)
 
 
 async def send_streaming(
@@ -177,17 +87,9 @@ async def send_streaming(
         The record; ``record.error`` says what went wrong, if anything. Never raises except
         ``asyncio.CancelledError`` from the caller's own cancellation.
     """
-    if not body.get("stream"):
-        body = {**body, "stream": True}
-    max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-    rec = RequestRecord(
-        request_id=request_id,
-        cell_id=cell_id,
-        scheduled_at=scheduled_at,
-        prompt_tokens_requested=prompt_tokens_requested,
-        output_tokens_requested=max_tokens if isinstance(max_tokens, int) else None,
-    )
-    state = _StreamState(rec)
+    body, rec, state = new_record(body, request_id=request_id, cell_id=cell_id,
+                                  scheduled_at=scheduled_at,
+                                  prompt_tokens_requested=prompt_tokens_requested)
     kwargs: dict[str, Any] = {"json": body}
     if headers:
         kwargs["headers"] = headers
@@ -215,21 +117,15 @@ async def send_streaming(
         # asyncio.timeout raises the builtin TimeoutError; httpx timeouts are HTTPError.
         state.error = state.error or f"DeadlineExceeded: request exceeded {deadline_s} s"
     except httpx.HTTPError as exc:  # timeouts, connect/read errors, protocol errors
-        state.error = state.error or _short(exc)
+        state.error = state.error or short_error(exc)
     except Exception as exc:  # noqa: BLE001 - failures are data, never raised or dropped
-        state.error = state.error or _short(exc)
+        state.error = state.error or short_error(exc)
     rec.done_at = clock.now()
-    if state.text_parts:
-        rec.output_text = "".join(state.text_parts)
-    if state.error is None and rec.http_status is not None and rec.http_status < 300:
-        if not state.done and rec.finish_reason is None:
-            state.error = "IncompleteStream: stream ended without finish_reason or [DONE]"
-    rec.error = state.error
-    return rec
+    return finish_record(state)
 
 
 async def _consume_within(client: httpx.AsyncClient, url: str, kwargs: dict[str, Any],
-                         state: _StreamState, clock: Clock, deadline_s: float | None) -> None:
+                         state: StreamState, clock: Clock, deadline_s: float | None) -> None:
     if deadline_s is None:
         await _consume(client, url, kwargs, state, clock)
     else:
@@ -241,7 +137,7 @@ async def _consume(
     client: httpx.AsyncClient,
     url: str,
     kwargs: dict[str, Any],
-    state: _StreamState,
+    state: StreamState,
     clock: Clock,
 ) -> None:
     """Open the stream and feed SSE ``data`` payloads to ``state`` until end or error."""
@@ -252,10 +148,10 @@ async def _consume(
             raw = b""
             async for piece in resp.aiter_bytes():
                 raw += piece
-                if len(raw) >= _BODY_SNIPPET_BYTES:
+                if len(raw) >= BODY_SNIPPET_BYTES:
                     break
-            snippet = raw[:_BODY_SNIPPET_BYTES].decode("utf-8", "replace").strip()
-            state.error = f"HTTPStatusError: {resp.status_code} {resp.reason_phrase}: {snippet}"
+            snippet = raw[:BODY_SNIPPET_BYTES].decode("utf-8", "replace").strip()
+            state.error = status_error(resp.status_code, resp.reason_phrase, snippet)
             return
         buf = b""
         data_lines: list[bytes] = []

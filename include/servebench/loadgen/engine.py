@@ -1,4 +1,6 @@
-"""Load modes: closed loop, open loop (Poisson/gamma arrivals), max throughput -- each a kind
+"""The load engine: runs a load point's phases (warm-up, measured window) over a transport
+(:mod:`.transport`), as its :class:`~.arrivals.LoadSpec` says. Load modes: closed loop, open
+loop (Poisson/gamma arrivals), max throughput -- each a kind
 of load point in the sweep spec (``load.concurrency``, ``load.rates``, ``load.max_throughput``)
 -- and explicit arrival offsets (``trace``: how ``multiproc`` hands each client process its
 share of an open-loop schedule).
@@ -30,7 +32,7 @@ Common to all modes:
 * client lag: ``send_lag`` (sent_at minus when the request was free to go) and event-loop lag
   (a ticker), so :attr:`LoadResult.client_saturated` can flag a client that fell behind.
 
-``client="auto"`` (default; the one rule, in ``_make_sender``) uses
+``client="auto"`` (default; the one rule, ``transport.resolve_client``) uses
 :mod:`servebench.loadgen.fastclient` for plain ``http://`` and the httpx client (TLS, proxies)
 for anything else -- a hosted API is ``https``; ``client="fast"`` / ``"httpx"`` force one (the
 benchmarks compare them). ``collect_text`` (fast client) keeps
@@ -49,150 +51,10 @@ from typing import Any
 
 import numpy as np
 
+from servebench.loadgen.arrivals import ARRIVALS, MODES, LoadSpec, arrival_offsets  # noqa: F401
 from servebench.loadgen.records import Clock, RequestRecord
 from servebench.loadgen.result import LagStats, LoadResult
-
-MODES = ("closed", "open", "max", "trace")
-ARRIVALS = ("poisson", "gamma", "constant")
-
-
-@dataclass(frozen=True)
-class LoadSpec:
-    """How to drive one load point. Build with the classmethods."""
-
-    mode: str = "closed"
-    concurrency: int | None = None      # closed: workers; other modes: in-flight cap (None: none)
-    rate: float | None = None           # open: requests per second
-    arrival: str = "poisson"
-    burstiness: float = 1.0
-    seed: int = 0
-    offsets: tuple[float, ...] | None = None  # trace: arrival offsets, seconds
-    time_scale: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
-        if self.concurrency is not None and self.concurrency < 1:
-            raise ValueError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.mode == "closed" and self.concurrency is None:
-            raise ValueError("closed loop needs a concurrency")
-        if self.mode == "open":
-            if not self.rate or self.rate <= 0:
-                raise ValueError(f"open loop needs a rate > 0, got {self.rate}")
-            if self.arrival not in ARRIVALS:
-                raise ValueError(f"arrival must be one of {ARRIVALS}, got {self.arrival!r}")
-            if self.burstiness <= 0:
-                raise ValueError("burstiness must be > 0")
-        if self.mode == "trace":
-            if self.offsets is None:
-                raise ValueError("trace replay needs offsets")
-            if any(b < a for a, b in zip(self.offsets, self.offsets[1:])):
-                raise ValueError("trace offsets must be non-decreasing (replay keeps order)")
-            if self.time_scale <= 0:
-                raise ValueError("time_scale must be > 0")
-
-    @classmethod
-    def closed(cls, concurrency: int) -> LoadSpec:
-        return cls("closed", concurrency=concurrency)
-
-    @classmethod
-    def open(cls, rate: float, *, arrival: str = "poisson", burstiness: float = 1.0, seed: int = 0,
-             max_concurrency: int | None = None) -> LoadSpec:
-        return cls("open", concurrency=max_concurrency, rate=rate, arrival=arrival,
-                   burstiness=burstiness, seed=seed)
-
-    @classmethod
-    def max_throughput(cls, max_concurrency: int | None = None) -> LoadSpec:
-        return cls("max", concurrency=max_concurrency)
-
-    @classmethod
-    def trace(cls, offsets: Sequence[float], *, max_concurrency: int | None = None,
-              time_scale: float = 1.0) -> LoadSpec:
-        first = float(offsets[0]) if len(offsets) else 0.0
-        return cls("trace", concurrency=max_concurrency,
-                   offsets=tuple(float(o) - first for o in offsets), time_scale=time_scale)
-
-    def offsets_for(self, n: int, duration_s: float | None = None) -> np.ndarray | None:
-        """Arrival offsets (seconds from the measured start) of the first ``n`` requests, or of
-        every arrival within ``duration_s`` when it is given; ``None`` for closed loop."""
-        if self.mode == "closed":
-            return None
-        if self.mode == "max":
-            return np.zeros(n)
-        if self.mode == "trace":
-            off = np.asarray(self.offsets, dtype=float) * self.time_scale
-            return off[:n] if duration_s is None else off[off < duration_s]
-        if duration_s is not None:
-            n = int(self.rate * duration_s * 1.2 + 20 * math.sqrt(self.rate * duration_s) + 10)
-        off = arrival_offsets(n, self.rate, self.arrival, self.burstiness, self.seed)
-        return off if duration_s is None else off[off < duration_s]
-
-
-def arrival_offsets(n: int, rate: float, arrival: str = "poisson", burstiness: float = 1.0,
-                    seed: int = 0) -> np.ndarray:
-    """Offsets (seconds, first arrival at 0) of ``n`` arrivals at ``rate``/s. Deterministic."""
-    rng = np.random.default_rng(seed)
-    if arrival == "constant":
-        gaps = np.full(n, 1.0 / rate)
-    elif arrival == "poisson":
-        gaps = rng.exponential(1.0 / rate, n)
-    elif arrival == "gamma":  # mean 1/rate, coefficient of variation 1/sqrt(burstiness)
-        gaps = rng.gamma(burstiness, 1.0 / (rate * burstiness), n)
-    else:
-        raise ValueError(f"unknown arrival {arrival!r}")
-    off = np.cumsum(gaps)
-    return off - off[0] if n else off
-
-
-# -- senders ----------------------------------------------------------------------------------
-class _HttpxSender:
-    """The reference client behind the same interface as :class:`FastClient`."""
-
-    def __init__(self, base_url: str, *, clock: Clock, headers: dict[str, str] | None,
-                 timeout_s: float, trust_env: bool, pool: int) -> None:
-        import httpx
-
-        from servebench.loadgen.client import send_streaming
-
-        self._send = send_streaming
-        self.clock = clock
-        limits = httpx.Limits(max_connections=pool, max_keepalive_connections=pool,
-                              keepalive_expiry=60.0)
-        self.client = httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits,
-                                        timeout=httpx.Timeout(timeout_s), trust_env=trust_env)
-
-    async def __aenter__(self) -> _HttpxSender:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.client.aclose()
-
-    async def open(self, n: int) -> int:  # httpx connects lazily; warm-up requests warm it
-        return 0
-
-    async def send(self, path: str, body: dict[str, Any], **kw: Any) -> RequestRecord:
-        return await self._send(self.client, path, body, clock=self.clock, **kw)
-
-
-def resolve_client(client: str, base_url: str) -> str:
-    """The transport rule, the one place it lives: ``auto`` is the fast client for plain
-    ``http://`` and httpx (TLS, proxies) for anything else."""
-    if client not in ("fast", "httpx", "auto"):
-        raise ValueError(f"client must be 'fast', 'httpx' or 'auto', got {client!r}")
-    if client == "auto":
-        return "fast" if base_url.startswith("http://") else "httpx"
-    return client
-
-
-def _make_sender(client: str, base_url: str, *, clock: Clock, headers: dict[str, str] | None,
-                 timeout_s: float, trust_env: bool, pool: int, collect_text: bool) -> Any:
-    if resolve_client(client, base_url) == "httpx":
-        return _HttpxSender(base_url, clock=clock, headers=headers, timeout_s=timeout_s,
-                            trust_env=trust_env, pool=pool)
-    from servebench.loadgen.fastclient import FastClient
-
-    return FastClient(base_url, clock=clock, headers=headers, timeout_s=timeout_s,
-                      collect_text=collect_text)
+from servebench.loadgen.transport import make_transport, resolve_client
 
 
 async def _ticker(tick_s: float, lags: list[float]) -> None:
@@ -350,7 +212,7 @@ async def run_load(
     cap = spec.concurrency
     pool = connections or cap or min(n_meas if offsets is None else len(offsets), 512)
     clock = Clock()
-    sender = _make_sender(client, base_url, clock=clock, headers=headers, timeout_s=timeout_s,
+    sender = make_transport(client, base_url, clock=clock, headers=headers, timeout_s=timeout_s,
                           trust_env=trust_env, pool=max(pool, 1), collect_text=collect_text)
     async with sender:
         await sender.open(pool)

@@ -22,7 +22,7 @@ network read:
   read-until-close bodies;
 * SSE framing by splitting the bytes on blank lines;
 * JSON decoding only where it must: every event goes through the reference parser
-  (:class:`servebench.loadgen.client._StreamState`, so both clients produce the same record)
+  (:class:`servebench.loadgen.stream.StreamState`, so both clients produce the same record)
   **except** plain content events once the stream is established — events with
   ``"finish_reason":null``, no ``"usage"``, and a non-empty compact ``"content":"...`` (chat) /
   ``"text":"...`` (completions) string. Those are counted by byte search (1 token each, as the
@@ -56,8 +56,16 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
-from servebench.loadgen.client import _BODY_SNIPPET_BYTES, _short, _StreamState
 from servebench.loadgen.records import Clock, RequestRecord
+from servebench.loadgen.stream import (
+    BODY_SNIPPET_BYTES,
+    STALE_ERROR,
+    StreamState,
+    finish_record,
+    new_record,
+    short_error,
+    status_error,
+)
 
 try:
     from msgspec.json import encode as _json_encode
@@ -91,7 +99,7 @@ class _Conn:
         self.closed = False
         self.used = False
         self.fut: asyncio.Future[None] | None = None
-        self.state: _StreamState | None = None
+        self.state: StreamState | None = None
         self.last_rx = 0.0
         self.got_bytes = False
         self.mode = _DONE
@@ -176,7 +184,7 @@ class _Conn:
             self.client.loop.remove_writer(self.fd)
 
     # -- request ------------------------------------------------------------------------------
-    def start(self, state: _StreamState, payload: bytes, chat: bool, text: bool) -> asyncio.Future[None]:
+    def start(self, state: StreamState, payload: bytes, chat: bool, text: bool) -> asyncio.Future[None]:
         self.fut = self.client.loop.create_future()
         self.state = state
         self.used = True
@@ -367,8 +375,8 @@ class _Conn:
         self._finish(t)
 
     def _status_error(self, t: float) -> None:
-        snip = bytes(self.snippet[:_BODY_SNIPPET_BYTES]).decode("utf-8", "replace").strip()  # type: ignore[index]
-        self.state.error = f"HTTPStatusError: {self.status} {self.reason}: {snip}"  # type: ignore[union-attr]
+        snip = bytes(self.snippet[:BODY_SNIPPET_BYTES]).decode("utf-8", "replace").strip()  # type: ignore[index]
+        self.state.error = status_error(self.status, self.reason, snip)  # type: ignore[union-attr]
         self._finish(t)
 
     def _body(self, data: bytes, t: float) -> None:
@@ -377,7 +385,7 @@ class _Conn:
             return
         if self.snippet is not None:
             self.snippet += data
-            if len(self.snippet) >= _BODY_SNIPPET_BYTES:  # enough: drop the connection
+            if len(self.snippet) >= BODY_SNIPPET_BYTES:  # enough: drop the connection
                 self._status_error(t)
                 self._fail(st.error, t, close=True)  # type: ignore[union-attr,arg-type]
             return
@@ -555,15 +563,9 @@ class FastClient:
         prompt_tokens_requested: int | None = None,
     ) -> RequestRecord:
         """Send one streaming request; same contract as :func:`client.send_streaming`."""
-        if not body.get("stream"):
-            body = {**body, "stream": True}
-        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
-        rec = RequestRecord(
-            request_id=request_id, cell_id=cell_id, scheduled_at=scheduled_at,
-            prompt_tokens_requested=prompt_tokens_requested,
-            output_tokens_requested=max_tokens if isinstance(max_tokens, int) else None,
-        )
-        state = _StreamState(rec)
+        body, rec, state = new_record(body, request_id=request_id, cell_id=cell_id,
+                                      scheduled_at=scheduled_at,
+                                      prompt_tokens_requested=prompt_tokens_requested)
         payload = self._payload(path, _json_encode(body), headers)
         chat = path.rstrip("/").endswith("chat/completions")
         timer = None
@@ -605,8 +607,7 @@ class FastClient:
                     self.busy.discard(conn)
                     rec.http_status = None
                     if attempt:
-                        state.error = ("RemoteProtocolError: Server disconnected without "
-                                       "sending a response.")
+                        state.error = STALE_ERROR
                         rec.done_at = self.now()
         except asyncio.CancelledError:
             if not expired:
@@ -619,7 +620,7 @@ class FastClient:
             state.error = state.error or f"DeadlineExceeded: request exceeded {deadline_s} s"
             rec.done_at = self.now()
         except Exception as exc:  # noqa: BLE001 - failures are data
-            state.error = state.error or _short(exc)
+            state.error = state.error or short_error(exc)
             rec.done_at = self.now()
         finally:
             if timer is not None:
@@ -632,12 +633,6 @@ class FastClient:
                     self.idle.append(conn)
                 elif not conn.closed:
                     conn.close()
-        if state.text_parts:
-            rec.output_text = "".join(state.text_parts)
         if rec.done_at != rec.done_at:  # NaN: should not happen, but never leave it unset
             rec.done_at = self.now()
-        if state.error is None and rec.http_status is not None and rec.http_status < 300:
-            if not state.done and rec.finish_reason is None:
-                state.error = "IncompleteStream: stream ended without finish_reason or [DONE]"
-        rec.error = state.error
-        return rec
+        return finish_record(state)

@@ -46,6 +46,7 @@ import itertools
 import json
 import os
 import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -92,6 +93,7 @@ class FakeServerConfig:
     batch_events: int = 32
     uvloop: bool = False
     kernel_timestamps: bool = True
+    tls: tuple[str, str] | None = None  # (certificate, key) PEM files: serve https
 
 
 def _count_prompt_tokens(body: dict[str, Any]) -> int:
@@ -222,7 +224,7 @@ class FakeOpenAIServer:
     @property
     def url(self) -> str:
         """Base URL, e.g. ``http://127.0.0.1:43121``."""
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.config.tls else 'http'}://{HOST}:{self.port}"
 
     def now(self) -> float:
         """Server clock: epoch seconds with perf_counter resolution."""
@@ -234,10 +236,16 @@ class FakeOpenAIServer:
 
         def factory() -> asyncio.StreamReaderProtocol:
             reader = _TimedReader(self.now, limit=2**16, loop=loop)
+            # TLS reads through the SSL layer, not the socket: loop receive times then
             return _TimedProtocol(reader, self._handle, loop=loop,
-                                  kernel_timestamps=self.config.kernel_timestamps)
+                                  kernel_timestamps=self.config.kernel_timestamps
+                                  and not self.config.tls)
 
-        self._server = await loop.create_server(factory, HOST, port, backlog=4096)
+        context = None
+        if self.config.tls:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self.config.tls)
+        self._server = await loop.create_server(factory, HOST, port, backlog=4096, ssl=context)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:
