@@ -44,6 +44,8 @@ from servebench.loadgen.stream import (
     BODY_SNIPPET_BYTES,
     StreamState,
     finish_record,
+    frame,
+    frame_end,
     new_record,
     short_error,
     status_error,
@@ -154,38 +156,19 @@ async def _consume(
             state.error = status_error(resp.status_code, resp.reason_phrase, snippet)
             return
         buf = b""
-        data_lines: list[bytes] = []
         on_event = state.on_event
         now = clock.now
         async for piece in resp.aiter_bytes():
             if state.done:  # drain the rest so the keep-alive connection can be reused
                 continue
             t = now()
-            buf = buf + piece if buf else piece
-            end = buf.rfind(b"\n")
-            if end < 0:
-                continue
-            lines = buf[:end].split(b"\n")
-            buf = buf[end + 1 :]
-            for line in lines:
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                if not line:  # blank line: dispatch the event
-                    if data_lines:
-                        data = data_lines[0] if len(data_lines) == 1 else b"\n".join(data_lines)
-                        data_lines.clear()
-                        on_event(data, t)
-                        if state.error is not None:
-                            return
-                elif line.startswith(b"data:"):
-                    v = line[5:]
-                    data_lines.append(v[1:] if v.startswith(b" ") else v)
-                # comments (":"), "event:", "id:", "retry:" lines carry nothing we use
-        if state.done:
-            return
-        # EOF: a final event without its blank line still counts (lenient, as browsers are not).
-        if buf.rstrip(b"\r").startswith(b"data:"):
-            v = buf.rstrip(b"\r")[5:]
-            data_lines.append(v[1:] if v.startswith(b" ") else v)
-        if data_lines:
-            state.on_event(b"\n".join(data_lines), now())
+            payloads, buf = frame(buf + piece if buf else piece)
+            for data in payloads:
+                on_event(data, t)
+                if state.error is not None:
+                    return
+                if state.done:
+                    break
+        if not state.done:
+            for data in frame_end(buf):
+                on_event(data, now())

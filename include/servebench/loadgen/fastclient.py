@@ -62,6 +62,8 @@ from servebench.loadgen.stream import (
     STALE_ERROR,
     StreamState,
     finish_record,
+    frame,
+    frame_end,
     new_record,
     short_error,
     status_error,
@@ -364,12 +366,9 @@ class _Conn:
             if not self.keep_alive:
                 self._fail(st.error, t, close=True)  # type: ignore[arg-type,union-attr]
             return
-        if not st.done and st.error is None:  # type: ignore[union-attr]
-            # EOF: a final event without its blank line still counts (as in the reference)
-            tail = self.sse.rstrip(b"\r\n") if self.sse else b""
-            if tail:
-                self.sse = b""
-                self._events(tail + b"\n\n", t)
+        if not st.done and st.error is None and self.sse:  # type: ignore[union-attr]
+            tail, self.sse = frame_end(self.sse), b""
+            self._dispatch(tail, t)
         if not self.keep_alive:
             self.close()
         self._finish(t)
@@ -394,15 +393,10 @@ class _Conn:
         self._events(self.sse + data if self.sse else data, t)
 
     def _events(self, buf: bytes, t: float) -> None:
-        if b"\r" in buf:  # CRLF or CR line ends: normalise, keeping a trailing CR for next read
-            keep = buf.endswith(b"\r")
-            if keep:
-                buf = buf[:-1]
-            buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            if keep:
-                buf += b"\r"
-        parts = buf.split(b"\n\n")
-        self.sse = parts.pop()
+        payloads, self.sse = frame(buf)
+        self._dispatch(payloads, t)
+
+    def _dispatch(self, payloads: list[bytes], t: float) -> None:
         st = self.state
         rec = st.rec  # type: ignore[union-attr]
         on_event = st.on_event  # type: ignore[union-attr]
@@ -412,20 +406,7 @@ class _Conn:
         times = rec.chunk_times
         toks = rec.chunk_tokens
         text = st.text_parts if self.collect_text else None  # type: ignore[union-attr]
-        for ev in parts:
-            if ev[:6] == b"data: " and b"\n" not in ev:
-                p = ev[6:]
-            elif not ev:
-                continue
-            else:  # general SSE: several lines, comments, fields other than data
-                data_lines = []
-                for line in ev.split(b"\n"):
-                    if line.startswith(b"data:"):
-                        v = line[5:]
-                        data_lines.append(v[1:] if v.startswith(b" ") else v)
-                if not data_lines:
-                    continue
-                p = b"\n".join(data_lines)
+        for p in payloads:
             if fast and _FIN_NULL in p and _USAGE not in p:
                 i = p.find(pat)
                 if i >= 0:

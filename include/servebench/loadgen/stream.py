@@ -112,6 +112,38 @@ class StreamState:
 
 
 
+def frame(buf: bytes) -> tuple[list[bytes], bytes]:
+    """Server-Sent Events framing, the one copy: split ``buf`` (the bytes received, after the
+    rest the previous call returned) into the ``data`` payloads of its complete events --
+    several ``data:`` lines joined by newlines; comments and other fields dropped; CRLF or CR
+    line ends taken as LF -- and the rest, an event not ended yet."""
+    if b"\r" in buf:  # CRLF or CR line ends: normalise, keeping a trailing CR for next read
+        keep = buf.endswith(b"\r")
+        if keep:
+            buf = buf[:-1]
+        buf = buf.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if keep:
+            buf += b"\r"
+    parts = buf.split(b"\n\n")
+    rest = parts.pop()
+    payloads = []
+    for ev in parts:
+        if ev[:6] == b"data: " and b"\n" not in ev:  # the common shape, without a line loop
+            payloads.append(ev[6:])
+        elif ev:
+            lines = [line[5:] for line in ev.split(b"\n") if line.startswith(b"data:")]
+            if lines:
+                payloads.append(b"\n".join(v[1:] if v.startswith(b" ") else v for v in lines))
+    return payloads, rest
+
+
+def frame_end(rest: bytes) -> list[bytes]:
+    """At the end of the body: a last event without its blank line still counts (lenient,
+    as browsers are not)."""
+    rest = rest.rstrip(b"\r\n")
+    return frame(rest + b"\n\n")[0] if rest else []
+
+
 # a reused keep-alive connection the server had closed: retried once on a new connection (as
 # every HTTP client does); a second such failure is the record's error
 STALE_ERROR = "RemoteProtocolError: Server disconnected without sending a response."
