@@ -256,11 +256,11 @@ async def run_load(
     ready = [ready[k] for k in order] if len(ready) == len(order) else ready
     if raw_out is not None:
         raw_out.update(ready=ready, loop_lags=loop_lags)
-    return _result(cell_id, spec, resolve_client(client, base_url), measured, warm, ready,
+    return assemble_result(cell_id, spec, resolve_client(client, base_url), measured, warm, ready,
                    loop_lags, clock, cpu)
 
 
-def _result(cell_id: str, spec: LoadSpec, client: str, measured: list[RequestRecord],
+def assemble_result(cell_id: str, spec: LoadSpec, client: str, measured: list[RequestRecord],
             warm: list[RequestRecord], ready: Sequence[float], loop_lags: Sequence[float],
             clock: Clock | None, cpu: float, processes: int = 1) -> LoadResult:
     start = min((r.sent_at for r in measured), default=math.nan)
@@ -298,31 +298,11 @@ def run_sync(coro: Any, *, use_uvloop: bool = True) -> Any:
 def run_load_sync(base_url: str, path: str, bodies: Sequence[dict[str, Any]], spec: LoadSpec,
                   *, processes: int | str = 1, max_processes: int | None = None,
                   use_uvloop: bool = True, **kwargs: Any) -> LoadResult:
-    """Blocking :func:`run_load` for sync callers (Airflow tasks).
+    """Blocking :func:`run_load` for sync callers (Airflow tasks), in this process or, with
+    ``processes`` N or ``"auto"``, over client processes (:func:`.multiproc.run_scaled`)."""
+    if processes == 1:
+        return run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
+    from servebench.loadgen.multiproc import run_scaled
 
-    ``processes``: client processes (``1``; ``N``; or ``"auto"``: start with one and, while the
-    result is :attr:`~LoadResult.client_saturated`, re-run the load with twice as many, up to
-    ``max_processes`` (default: CPU count); the re-runs are listed in ``scale_attempts``).
-    """
-    from servebench.loadgen.multiproc import run_load_multiprocess
-
-    if processes == "auto":
-        import os
-
-        limit = max_processes or os.cpu_count() or 1
-        if spec.concurrency is not None:
-            limit = min(limit, spec.concurrency)  # each process needs at least one slot
-        n, attempts = 1, []
-        while True:
-            res = (run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
-                   if n == 1 else run_load_multiprocess(base_url, path, bodies, spec, processes=n,
-                                                        use_uvloop=use_uvloop, **kwargs))
-            res.scale_attempts = attempts
-            if not res.client_saturated or n >= limit:
-                return res
-            attempts.append((n, res.send_lag.p99_ms, res.loop_lag.p95_ms))
-            n = min(limit, n * 2)
-    if int(processes) > 1:
-        return run_load_multiprocess(base_url, path, bodies, spec, processes=int(processes),
-                                     use_uvloop=use_uvloop, **kwargs)
-    return run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
+    return run_scaled(base_url, path, bodies, spec, processes=processes,
+                      max_processes=max_processes, use_uvloop=use_uvloop, **kwargs)

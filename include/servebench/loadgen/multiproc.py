@@ -1,7 +1,7 @@
 """Split one load across N client processes and merge their records onto one clock.
 
-Used when one client process cannot keep up (``processes="auto"`` in
-:func:`servebench.loadgen.engine.run_load_sync` re-runs a load whose
+Used when one client process cannot keep up: the sweep spec's ``load.client_processes`` (N, or
+``"auto"``: :func:`run_scaled` re-runs a load whose
 :attr:`~servebench.loadgen.result.LoadResult.client_saturated` is set with more processes).
 
 Split: request ``k`` of the measured phase goes to process ``k % N`` (warm-up requests too), so
@@ -30,12 +30,13 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from servebench.loadgen.engine import LoadSpec, _result, run_load, run_sync
+from servebench.loadgen.engine import LoadSpec, assemble_result, run_load, run_sync
 from servebench.loadgen.result import LoadResult
 
 _READY_TIMEOUT_S = 600.0
@@ -154,7 +155,7 @@ def run_load_multiprocess(base_url: str, path: str, bodies: Sequence[dict[str, A
                    key=lambda rt: int(rt[0].request_id.rsplit(":", 1)[1]))
     warm_recs = sorted((r for res in results for r in res.warmup_records),
                        key=lambda r: int(r.request_id.rsplit(":", 1)[1]))
-    merged = _result(cell_id, spec, results[0].client, [r for r, _ in pairs], warm_recs,
+    merged = assemble_result(cell_id, spec, results[0].client, [r for r, _ in pairs], warm_recs,
                      [t for _, t in pairs], [x for raw in raws for x in raw["loop_lags"]],
                      None, sum(r.client_cpu_s for r in results), processes=len(results))
     merged.clock_anchor_wall = results[0].clock_anchor_wall
@@ -162,3 +163,30 @@ def run_load_multiprocess(base_url: str, path: str, bodies: Sequence[dict[str, A
     if math.isnan(merged.window_start):
         merged.window_start = merged.window_end = math.nan
     return merged
+
+
+def run_scaled(base_url: str, path: str, bodies: Sequence[dict[str, Any]], spec: LoadSpec, *,
+               processes: int | str, max_processes: int | None = None,
+               use_uvloop: bool = True, **kwargs: Any) -> LoadResult:
+    """The load over ``processes`` client processes: N, or ``"auto"`` -- start with one and,
+    while the result is ``client_saturated``, re-run it with twice as many, up to
+    ``max_processes`` (default: the CPU count; never more than the load's concurrency); the
+    re-runs are listed in ``scale_attempts``."""
+    if processes != "auto":
+        if int(processes) > 1:
+            return run_load_multiprocess(base_url, path, bodies, spec, processes=int(processes),
+                                         use_uvloop=use_uvloop, **kwargs)
+        return run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
+    limit = max_processes or os.cpu_count() or 1
+    if spec.concurrency is not None:
+        limit = min(limit, spec.concurrency)  # each process needs at least one slot
+    n, attempts = 1, []
+    while True:
+        res = (run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
+               if n == 1 else run_load_multiprocess(base_url, path, bodies, spec, processes=n,
+                                                    use_uvloop=use_uvloop, **kwargs))
+        res.scale_attempts = attempts
+        if not res.client_saturated or n >= limit:
+            return res
+        attempts.append((n, res.send_lag.p99_ms, res.loop_lag.p95_ms))
+        n = min(limit, n * 2)
