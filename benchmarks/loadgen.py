@@ -25,6 +25,7 @@ import time
 
 import numpy as np
 from servebench.loadgen.engine import LoadSpec, run_load_sync
+from servebench.metrics import ttft_s
 from servebench.testing import FakeServerConfig, serve_in_subprocess
 
 CHAT = "/v1/chat/completions"
@@ -74,8 +75,8 @@ def fidelity(conc: int, client: str, rounds: int, processes: int) -> None:
         q = truth[r.request_id]
         if not r.ok or len(r.chunk_times) != len(q["chunk_times"]):
             continue
-        ttft_bias.append(r.ttft_s - (q["first_chunk_at"] - q["received_at"]))
-        ttft_bias_loop.append(r.ttft_s - (q["first_chunk_at"] - q["received_loop_at"]))
+        ttft_bias.append(ttft_s(r) - (q["first_chunk_at"] - q["received_at"]))
+        ttft_bias_loop.append(ttft_s(r) - (q["first_chunk_at"] - q["received_loop_at"]))
         itl_bias.extend(np.diff(r.chunk_times) - np.diff(q["chunk_times"]))
     tb, tl, ib = (np.array(x) * 1e3 for x in (ttft_bias, ttft_bias_loop, itl_bias))
     p = np.percentile

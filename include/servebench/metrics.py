@@ -169,6 +169,16 @@ def out_tokens(r: RequestRecord) -> int:
     return r.output_tokens if r.output_tokens is not None else sum(r.chunk_tokens)
 
 
+def ttft_s(r: RequestRecord) -> float | None:
+    """Per-request TTFT in seconds (sent -> first chunk of generated text); None without one."""
+    return None if r.first_chunk_at is None else r.first_chunk_at - r.sent_at
+
+
+def e2e_s(r: RequestRecord) -> float:
+    """Per-request end-to-end latency in seconds (sent -> last byte)."""
+    return r.done_at - r.sent_at
+
+
 def tpot_s(r: RequestRecord) -> float | None:
     """Per-request TPOT in seconds, or None when undefined (no TTFT, output_tokens <= 1)."""
     n = out_tokens(r)
@@ -180,13 +190,14 @@ def tpot_s(r: RequestRecord) -> float | None:
 def _meets(r: RequestRecord, slo: Slo) -> bool:
     """True if a successful request meets every set SLO."""
     if slo.ttft_ms is not None:
-        if r.first_chunk_at is None or (r.first_chunk_at - r.sent_at) * 1000.0 > slo.ttft_ms:
+        ttft = ttft_s(r)
+        if ttft is None or ttft * 1000.0 > slo.ttft_ms:
             return False
     if slo.tpot_ms is not None:
         tpot = tpot_s(r)
         if tpot is not None and tpot * 1000.0 > slo.tpot_ms:
             return False
-    if slo.e2e_ms is not None and (r.done_at - r.sent_at) * 1000.0 > slo.e2e_ms:
+    if slo.e2e_ms is not None and e2e_s(r) * 1000.0 > slo.e2e_ms:
         return False
     return True
 
@@ -287,10 +298,10 @@ def compute_cell_metrics(
     if n and not duration > 0:
         reasons.append(f"measured window is empty or invalid (duration_s={duration})")
 
-    ttft = [r.first_chunk_at - r.sent_at for r in ok if r.first_chunk_at is not None]
+    ttft = [t for r in ok if (t := ttft_s(r)) is not None]
     tpot = [t for t in map(tpot_s, ok) if t is not None]
     itl = np.concatenate([np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1] or [np.empty(0)])
-    e2e = [r.done_at - r.sent_at for r in ok]
+    e2e = [e2e_s(r) for r in ok]
     out_tok = [out_tokens(r) for r in ok]
     prompt_tok = [r.prompt_tokens if r.prompt_tokens is not None else r.prompt_tokens_requested for r in ok]
     prompt_known = all(p is not None for p in prompt_tok)

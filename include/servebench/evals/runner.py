@@ -15,6 +15,7 @@ from servebench.config import GoldenSetRef, SamplingSpec, VariantSpec
 from servebench.evals.golden import load_golden_set
 from servebench.evals.scorers import ScoreResult, score_answer
 from servebench.loadgen.engine import LoadSpec, run_load_sync
+from servebench.metrics import e2e_s
 from servebench.settings import Settings
 from servebench.stacks.base import StackAdapter
 
@@ -69,7 +70,7 @@ def run_golden_set(
             "answer": answer,
             "score": result.score,
             "correct": result.correct,
-            "latency_ms": rec.e2e_s * 1000.0 if not math.isnan(rec.e2e_s) else None,
+            "latency_ms": e2e_s(rec) * 1000.0 if not math.isnan(e2e_s(rec)) else None,
             "finish_reason": rec.finish_reason,
             "error": rec.error,
             "score_error": result.error,

@@ -102,18 +102,6 @@ class RequestRecord:
         """True when the request completed with HTTP 2xx and no transport/stream error."""
         return self.error is None and self.http_status is not None and 200 <= self.http_status < 300
 
-    @property
-    def ttft_s(self) -> float | None:
-        """Time to first content chunk in seconds, or ``None`` if no content arrived."""
-        if self.first_chunk_at is None:
-            return None
-        return self.first_chunk_at - self.sent_at
-
-    @property
-    def e2e_s(self) -> float:
-        """End-to-end latency in seconds (``done_at - sent_at``)."""
-        return self.done_at - self.sent_at
-
     def to_row(self) -> dict[str, Any]:
         """Flat dict for Arrow/Parquet: one column per field, lists stay lists, plus ``ok``."""
         row = asdict(self)
