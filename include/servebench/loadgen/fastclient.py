@@ -30,7 +30,7 @@ network read:
   contains no escape (``collect_text``; on by default — cheap — so ``output_text`` is there
   for golden-set scoring). Any other shape (whitespace in the JSON, escapes, reasoning-only
   deltas, usage, finish, errors) takes the full decode, so the shortcut never changes a record
-  (``tests/unit/test_loadgen_fastclient.py`` checks this against httpx, error cases included).
+  (``tests/unit/loadgen/test_loadgen_fastclient.py`` checks this against httpx, error cases included).
 
 Connections are keep-alive and opened by the load runner *before* the warm-up and the measured
 window (:meth:`FastClient.open`), so TCP set-up never lands in a measured TTFT. A reused

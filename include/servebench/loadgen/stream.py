@@ -3,7 +3,7 @@
 how a failure is worded (:func:`short_error`, :func:`status_error`, :data:`STALE_ERROR`) and
 how a record is finished (:func:`finish_record`). The httpx transport (:mod:`.client`) and the
 fast one (:mod:`.fastclient`) differ only in how bytes arrive; the contract suite
-(``tests/unit/test_transports.py``) checks they make the same records from the same streams.
+(``tests/unit/loadgen/test_transports.py``) checks they make the same records from the same streams.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from servebench.config import SamplingSpec, SpeculativeSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks import get_stack
 
-FIXTURES = Path(__file__).parents[1] / "fixtures" / "engines"
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "engines"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 HOT = SamplingSpec(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1,
                    seed=11)

@@ -12,7 +12,7 @@ import pandas as pd
 from servebench.notify.digest import render_digest
 from servebench.notify.slack import build_blocks
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "slack_digest_blocks.json"
+FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "slack_digest_blocks.json"
 DAY = dt.date(2026, 11, 30)
 
 
