@@ -44,6 +44,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where a variant is served and how to talk to it: a launched server or one that runs."""

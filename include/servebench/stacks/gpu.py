@@ -29,6 +29,12 @@ QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
 GGUF_ONLY = GGUF_QUANTS - {"bf16", "f16", "f32"}
 
 
+def listen_args(host: str, port: int, served_model: str) -> list[str]:
+    """Where the server listens and the name it answers to, in the flags vLLM and SGLang share
+    (``--host``, ``--port``, ``--served-model-name``)."""
+    return ["--host", host, "--port", str(port), "--served-model-name", served_model]
+
+
 def weights_dtype(variant: VariantSpec) -> str | None:
     """The variant's ``dtype``, else the one its quant name says (None: the engine's own)."""
     return variant.dtype or QUANT_DTYPES.get(variant.quant.lower())

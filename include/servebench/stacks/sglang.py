@@ -43,7 +43,7 @@ from servebench.stacks.base import (
     installed_version,
     register_stack,
 )
-from servebench.stacks.gpu import HfGpuStack, weights_dtype
+from servebench.stacks.gpu import HfGpuStack, listen_args, weights_dtype
 
 DETERMINISTIC_FLAG = "--enable-deterministic-inference"
 
@@ -97,9 +97,7 @@ class SglangStack(HfGpuStack):
     def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
         args = [
             "--model-path", model,
-            "--host", host,
-            "--port", str(port),
-            "--served-model-name", variant.model,
+            *listen_args(host, port, variant.model),
             "--dtype", weights_dtype(variant) or "auto",
             "--context-length", str(variant.max_model_len),
             "--max-running-requests", str(variant.max_num_seqs),

@@ -34,7 +34,7 @@ from servebench.stacks.base import (
     installed_version,
     register_stack,
 )
-from servebench.stacks.gpu import HfGpuStack, weights_dtype
+from servebench.stacks.gpu import HfGpuStack, listen_args, weights_dtype
 
 # servebench quant name -> vLLM --quantization (None: none, weights as stored / --dtype).
 # awq/gptq checkpoints go to the Marlin kernels vLLM itself prefers for them; an explicit
@@ -99,9 +99,7 @@ class VllmStack(HfGpuStack):
     def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
         args = [
             model,
-            "--host", host,
-            "--port", str(port),
-            "--served-model-name", variant.model,
+            *listen_args(host, port, variant.model),
             "--dtype", weights_dtype(variant) or "auto",
             "--max-model-len", str(variant.max_model_len),
             "--max-num-seqs", str(variant.max_num_seqs),
