@@ -35,6 +35,15 @@ def listen_args(host: str, port: int, served_model: str) -> list[str]:
     return ["--host", host, "--port", str(port), "--served-model-name", served_model]
 
 
+def checkpoint_args(variant: VariantSpec, quant_flags: dict[str, str | None],
+                    quant_flag: str = "--quantization") -> list[str]:
+    """Which revision of the checkpoint, and which of the engine's quantization methods reads
+    it (``quant_flags``: servebench quant -> the engine's name; None: as stored)."""
+    args = ["--revision", variant.revision] if variant.revision else []
+    quant = quant_flags.get(variant.quant.lower())
+    return [*args, quant_flag, quant] if quant else args
+
+
 def weights_dtype(variant: VariantSpec) -> str | None:
     """The variant's ``dtype``, else the one its quant name says (None: the engine's own)."""
     return variant.dtype or QUANT_DTYPES.get(variant.quant.lower())

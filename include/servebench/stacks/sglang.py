@@ -43,7 +43,12 @@ from servebench.stacks.base import (
     installed_version,
     register_stack,
 )
-from servebench.stacks.gpu import HfGpuStack, listen_args, weights_dtype
+from servebench.stacks.gpu import (
+    HfGpuStack,
+    checkpoint_args,
+    listen_args,
+    weights_dtype,
+)
 
 DETERMINISTIC_FLAG = "--enable-deterministic-inference"
 
@@ -107,11 +112,7 @@ class SglangStack(HfGpuStack):
         ]
         if not variant.prefix_caching:
             args.append("--disable-radix-cache")
-        if variant.revision:
-            args += ["--revision", variant.revision]
-        quant = QUANT_FLAGS.get(variant.quant.lower())
-        if quant:
-            args += ["--quantization", quant]
+        args += checkpoint_args(variant, QUANT_FLAGS)
         if variant.kv_cache_dtype:
             args += ["--kv-cache-dtype", KV_CACHE_DTYPES.get(variant.kv_cache_dtype,
                                                              variant.kv_cache_dtype)]

@@ -46,7 +46,7 @@ from __future__ import annotations
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.base import chat_request, hub_cache_dir, register_stack
-from servebench.stacks.gpu import HfGpuStack, weights_dtype
+from servebench.stacks.gpu import HfGpuStack, checkpoint_args, weights_dtype
 
 QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantize
     "none": None, "bf16": None, "bfloat16": None, "f16": None, "fp16": None, "float16": None,
@@ -130,12 +130,8 @@ class TgiStack(HfGpuStack):
             "--max-concurrent-requests", str(variant.max_num_seqs),
             "--num-shard", str(variant.tensor_parallel_size),
         ]
-        if variant.revision:
-            args += ["--revision", variant.revision]
-        quant = QUANT_FLAGS.get(variant.quant.lower())
-        if quant:
-            args += ["--quantize", quant]
-        else:
+        args += checkpoint_args(variant, QUANT_FLAGS, "--quantize")
+        if not QUANT_FLAGS.get(variant.quant.lower()):
             dtype = weights_dtype(variant)
             if dtype:
                 args += ["--dtype", dtype]

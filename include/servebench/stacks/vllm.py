@@ -34,7 +34,12 @@ from servebench.stacks.base import (
     installed_version,
     register_stack,
 )
-from servebench.stacks.gpu import HfGpuStack, listen_args, weights_dtype
+from servebench.stacks.gpu import (
+    HfGpuStack,
+    checkpoint_args,
+    listen_args,
+    weights_dtype,
+)
 
 # servebench quant name -> vLLM --quantization (None: none, weights as stored / --dtype).
 # awq/gptq checkpoints go to the Marlin kernels vLLM itself prefers for them; an explicit
@@ -107,11 +112,7 @@ class VllmStack(HfGpuStack):
             "--enable-prefix-caching" if variant.prefix_caching else "--no-enable-prefix-caching",
             "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens
         ]
-        if variant.revision:
-            args += ["--revision", variant.revision]
-        quant = QUANT_FLAGS.get(variant.quant.lower())
-        if quant:
-            args += ["--quantization", quant]
+        args += checkpoint_args(variant, QUANT_FLAGS)
         if variant.kv_cache_dtype:
             args += ["--kv-cache-dtype", variant.kv_cache_dtype]
         if variant.max_num_batched_tokens:
