@@ -244,33 +244,61 @@ class CrossStackGroup(_Strict):
     min_agreement: float = Field(0.98, gt=0, le=1, description="share of identical answers")
 
 
-class VariantSpec(_Strict):
-    """One way of serving a target's model; shared by every stack adapter."""
+class VariantOptions(_Strict):
+    """One way of serving a target's model: what every stack takes. Each stack adapter declares
+    its own options model (``StackAdapter.options``): this plus the knob groups below that it
+    honours, so a knob a stack lacks is an error naming the field when the spec is read."""
 
     name: str
     model: str = Field(description="model file or directory (local stacks) or hub id")
-    revision: str | None = Field(None, description="hub revision (commit) of the model")
     quant: str = Field("none", description="f16, bf16, fp8, awq, gptq, q8_0, q4_k_m, ...")
-    dtype: str | None = Field(None, description="weights/activations dtype (GPU stacks)")
     max_num_seqs: int = Field(4, gt=0, description="concurrent sequences (llama.cpp -np)")
     max_model_len: int = Field(4096, gt=0, description="context length the server allocates")
     prefix_caching: bool = Field(True, description="the engine's prefix (prompt) cache")
-    threads: int | None = Field(
-        None, gt=0, description="CPU threads the engine may use (None: its default); on a "
-        "shared host leave cores to the load generator")
     extra_args: list[str] = Field(default_factory=list,
                                   description="appended to the server command line")
     request_overrides: dict = Field(
         default_factory=dict, description="extra request fields, merged last into every request; "
         "the run still checks from the responses that sampling matched")
-    # GPU engines (vllm, sglang, tgi, trtllm); llama_cpp and transformers ignore these
+    endpoint: EndpointSpec | None = Field(
+        None, description="a server that already runs (provision static) or a hosted API "
+                          "(stack openai_api)")
+
+
+class ThreadsOption(BaseModel):
+    """CPU stacks (llama_cpp, transformers)."""
+
+    threads: int | None = Field(
+        None, gt=0, description="CPU threads the engine may use (None: its default); on a "
+        "shared host leave cores to the load generator")
+
+
+class DtypeOption(BaseModel):
+    """Stacks that take a weights dtype (transformers and the GPU engines)."""
+
+    dtype: str | None = Field(None, description="weights/activations dtype")
+
+
+class ContainerOption(BaseModel):
+    """Stacks launched in a container on a provisioned host (llama_cpp, the GPU engines)."""
+
+    image: str | None = Field(None, description="container image override (provisioned hosts)")
+
+
+class GpuOptions(BaseModel):
+    """The GPU engines serving a Hugging Face checkpoint (vllm, sglang, trtllm, tgi)."""
+
+    revision: str | None = Field(None, description="hub revision (commit) of the model")
     kv_cache_dtype: str | None = Field(None, description="auto, fp8, fp8_e4m3, fp8_e5m2, ...")
     max_num_batched_tokens: int | None = Field(None, gt=0, description="tokens per step")
     tensor_parallel_size: int = Field(1, ge=1, le=64)
     speculative: SpeculativeSpec | None = None
-    image: str | None = Field(None, description="container image override (provisioned hosts)")
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
-    endpoint: EndpointSpec | None = Field(None, description="hosted API (stack openai_api)")
+
+
+class VariantSpec(GpuOptions, ContainerOption, DtypeOption, ThreadsOption, VariantOptions):
+    """A variant as the runtime carries it: every stack's knobs (unset ones at their
+    defaults); a spec file may set only those of its target's stack (``TargetSpec``)."""
 
 
 class LocalProvision(_Strict):
@@ -399,6 +427,32 @@ class TargetSpec(_Strict):
         type's) where it names one, else the sweep's."""
         own = getattr(self.provision, "price_per_hour", None)
         return sweep_price if own is None else own
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stack_options(cls, data: object) -> object:
+        """Each variant sets only what its stack's options model has (an unknown stack is
+        the plan's to report)."""
+        if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
+            return data
+        from servebench.stacks import stack_options  # the adapters import this module
+
+        options = stack_options(str(data.get("stack")))
+        if options is None:
+            return data
+        fields = VariantSpec.model_fields
+        for i, variant in enumerate(data["variants"]):
+            if isinstance(variant, dict):
+                # a knob at its default says nothing (a spec dumped whole and read back)
+                lacks = sorted(k for k, v in variant.items() if k not in options.model_fields
+                               and not (k in fields and fields[k].get_default(
+                                   call_default_factory=True) == v))
+                if lacks:
+                    raise ValueError(
+                        f"variants[{i}](name={variant.get('name')}).{lacks[0]}: stack "
+                        f"{data.get('stack')!r} has no option{'s' * (len(lacks) > 1)} "
+                        f"{', '.join(lacks)} (its options: {', '.join(options.model_fields)})")
+        return data
 
     @property
     def provision_kind(self) -> str:
@@ -534,7 +588,12 @@ def spec_reference() -> str:
     """Every field of a sweep spec as a Markdown table (path, type, default, what it is), read
     off the models themselves: README's reference is this text (a test keeps them equal), and
     ``servebench spec-reference`` prints it for the installed version."""
+    from servebench.stacks import known_stacks, stack_options
+
     rows: list[tuple[str, str, str, str]] = []
+    # a variant knob not every stack takes says which do
+    takers = {name: [st for st in known_stacks() if name in stack_options(st).model_fields]
+              for name in VariantSpec.model_fields if name not in VariantOptions.model_fields}
 
     def walk(model: type[BaseModel], prefix: str, union: bool = False) -> None:
         for name, field in model.model_fields.items():
@@ -549,6 +608,8 @@ def spec_reference() -> str:
                 default = ("" if isinstance(value, BaseModel)
                            else json.dumps(value) if value is not None else "none")
             about = (field.description or "").replace("|", "\\|")
+            if model is VariantSpec and name in takers:
+                about = f"({', '.join(takers[name])}) {about}".rstrip()
             if members and len(members) == 1:
                 rows.append((path, _type_name(field.annotation), default,
                              about or _first_line(members[0].__doc__)))

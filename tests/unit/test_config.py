@@ -96,3 +96,21 @@ def test_readme_holds_the_spec_reference_as_printed():
         "<!-- spec-reference:end -->", 1)[0]
     assert block == spec_reference(), "README's sweep spec reference is stale: paste " \
                                       "`servebench spec-reference` between its markers"
+
+
+def test_a_knob_the_targets_stack_lacks_is_an_error_naming_the_field():
+    data = _local()
+    llama = next(i for i, t in enumerate(data["targets"]) if t["stack"] == "llama_cpp")
+    data["targets"][llama]["variants"][1]["kv_cache_dtype"] = "fp8"
+    with pytest.raises(SpecError) as err:
+        parse_sweep(data, "sweeps/bad.yaml")
+    msg = str(err.value)
+    assert "sweeps/bad.yaml" in msg and "variants[1]" in msg and ".kv_cache_dtype" in msg
+    assert "stack 'llama_cpp' has no option kv_cache_dtype" in msg
+    data["targets"][llama]["variants"][1]["kv_cache_dtype"] = None  # its default: says nothing
+    parse_sweep(data, "ok.yaml")
+    hosted = {"name": "api", "stack": "openai_api", "variants": [
+        {"name": "m", "model": "m", "endpoint": {"base_url": "https://x/v1"},
+         "tensor_parallel_size": 2}]}
+    with pytest.raises(SpecError, match="stack 'openai_api' has no option tensor_parallel_size"):
+        parse_sweep({**_local(), "cross_stack": [], "targets": [hosted]}, "hosted.yaml")

@@ -1,6 +1,6 @@
 """Serving-stack adapters; importing this package registers every adapter."""
 
-from servebench.stacks import (  # noqa: F401  # noqa: F401
+from servebench.stacks import (  # noqa: F401
     llama_cpp,
     openai_api,
     sglang,
@@ -9,6 +9,12 @@ from servebench.stacks import (  # noqa: F401  # noqa: F401
     trtllm,
     vllm,
 )
-from servebench.stacks.base import LaunchSpec, StackAdapter, get_stack, known_stacks
+from servebench.stacks.base import (
+    LaunchSpec,
+    StackAdapter,
+    get_stack,
+    known_stacks,
+    stack_options,
+)
 
-__all__ = ["LaunchSpec", "StackAdapter", "get_stack", "known_stacks"]
+__all__ = ["LaunchSpec", "StackAdapter", "get_stack", "known_stacks", "stack_options"]

@@ -17,7 +17,7 @@ from typing import ClassVar
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from servebench.config import SamplingSpec, VariantSpec
+from servebench.config import SamplingSpec, VariantOptions, VariantSpec
 from servebench.provision.base import Endpoint
 from servebench.settings import Settings
 
@@ -85,6 +85,8 @@ class StackAdapter(ABC):
     # token counts; None: the checkpoint's tokenizer.json is used instead
     tokenize_path: ClassVar[str | None] = None
     # whether ``chat_body(force_length=True)`` really yields exactly max_tokens tokens
+    # what a variant of this stack may set: VariantOptions plus the knob groups it honours
+    options: ClassVar[type[VariantOptions]] = VariantOptions
     can_force_length: ClassVar[bool] = True
     natural_length_reason: ClassVar[str | None] = None  # why not, where it cannot
     # False where forced tokens may be special ones the server does not stream as text
@@ -185,6 +187,12 @@ _REGISTRY: dict[str, type[StackAdapter]] = {}
 def register_stack(cls: type[StackAdapter]) -> type[StackAdapter]:
     _REGISTRY[cls.name] = cls
     return cls
+
+
+def stack_options(name: str) -> type[VariantOptions] | None:
+    """The options model of stack ``name`` (None: no such stack)."""
+    cls = _REGISTRY.get(name)
+    return cls.options if cls is not None else None
 
 
 def get_stack(name: str) -> StackAdapter:

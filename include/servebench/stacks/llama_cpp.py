@@ -10,7 +10,13 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from servebench.config import SamplingSpec, VariantSpec
+from servebench.config import (
+    ContainerOption,
+    SamplingSpec,
+    ThreadsOption,
+    VariantOptions,
+    VariantSpec,
+)
 from servebench.settings import Settings
 from servebench.stacks.base import (
     ContainerLaunch,
@@ -30,8 +36,13 @@ GGUF_QUANTS = {
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"
 
 
+class LlamaCppVariant(VariantOptions, ThreadsOption, ContainerOption):
+    """What a llama.cpp variant may set (a GGUF file, CPU threads, the server image)."""
+
+
 @register_stack
 class LlamaCppStack(StackAdapter):
+    options = LlamaCppVariant
     name = "llama_cpp"
     engine = "llama.cpp"
     tokenize_path = "/tokenize"

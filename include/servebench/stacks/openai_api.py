@@ -40,9 +40,6 @@ EXACT_LENGTH_PROBLEM = (
     "schema has no ignore_eos/min_tokens); use dialect 'vllm' only if the provider honours "
     "ignore_eos/min_tokens"
 )
-# fields of the variant that describe a server we launch; a hosted API has none of them
-_LAUNCH_FIELDS = ("kv_cache_dtype", "max_num_batched_tokens", "speculative", "image",
-                  "gpu_memory_utilization")
 
 
 @register_stack
@@ -50,6 +47,8 @@ class OpenAIApiStack(StackAdapter):
     name = "openai_api"
     engine = "openai-api"
     chat_path = "/chat/completions"  # base URLs end in /v1, as openai-python's do
+    # VariantOptions alone: a hosted API's serving configuration (dtype, KV cache, parallelism,
+    # image) is the provider's, so a variant that sets any is refused when the spec is read
     can_force_length = False  # only with endpoint.dialect 'vllm' (forces_length)
     natural_length_reason = ("the OpenAI schema has no ignore_eos/min_tokens; dialect 'vllm' "
                              "for a provider that honours them")
@@ -62,19 +61,15 @@ class OpenAIApiStack(StackAdapter):
         if ep is None:
             return ["field endpoint: openai_api needs endpoint (base_url or conn_id) to call"]
         problems = []
-        for name in _LAUNCH_FIELDS:
-            if getattr(variant, name) is not None:
-                problems.append(f"field {name}: openai_api launches nothing; a hosted API's "
-                                "serving configuration is the provider's")
-        if variant.tensor_parallel_size != 1:
-            problems.append("field tensor_parallel_size: openai_api launches nothing")
         if not variant.prefix_caching:
             problems.append("field prefix_caching: openai_api cannot turn a provider's prompt "
                             "caching off")
         if ep.conn_id:
+            from airflow.sdk.exceptions import AirflowNotFoundException
+
             try:
                 connection(ep.conn_id)
-            except Exception as exc:  # noqa: BLE001 - any lookup failure is a plan problem
+            except AirflowNotFoundException as exc:
                 problems.append(f"field endpoint.conn_id {ep.conn_id!r}: openai_api cannot read "
                                 f"the Airflow connection ({type(exc).__name__}: {exc})")
         elif ep.api_key_env and not os.environ.get(ep.api_key_env):
