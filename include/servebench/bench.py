@@ -29,10 +29,10 @@ from servebench.metrics import (
     timing_unresolved_reason,
 )
 from servebench.provenance import file_sha256
-from servebench.provision.base import Endpoint, Provisioner
+from servebench.provision.interface import Endpoint, Provisioner
 from servebench.results.schema import CELLS
 from servebench.settings import Settings
-from servebench.stacks.base import StackAdapter, get_stack
+from servebench.stacks.adapter import StackAdapter, get_stack
 from servebench.telemetry import cell_prefix_cache_hit_rate, deltas, scrape
 from servebench.tokenize import FileTokenizer, ServerTokenizer, Tokenizer
 from servebench.workloads import build_prompts

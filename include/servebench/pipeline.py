@@ -35,7 +35,7 @@ from servebench.results.contract import enforce, validate_run
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore, encode_run_id
 from servebench.settings import Settings, get_settings
-from servebench.stacks.base import get_stack
+from servebench.stacks.adapter import get_stack
 from servebench.workloads import TEMPLATE_OVERHEAD_MAX, max_sequence_tokens
 
 if TYPE_CHECKING:

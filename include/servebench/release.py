@@ -34,7 +34,7 @@ from servebench.bench import VariantRunner
 from servebench.config import SLOSpec, SweepSpec, load_sweep
 from servebench.errors import ReleaseGateFailed
 from servebench.evals.gate import gate_columns
-from servebench.provision.base import Provisioner
+from servebench.provision.interface import Provisioner
 from servebench.settings import Settings, get_settings
 from servebench.trends.series import BY_COLUMN, metric_label
 

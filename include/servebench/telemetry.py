@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
     from servebench.loadgen.records import RequestRecord
-    from servebench.stacks.base import PrefixCacheCounters
+    from servebench.stacks.adapter import PrefixCacheCounters
 
 log = logging.getLogger(__name__)
 

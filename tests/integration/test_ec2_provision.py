@@ -275,8 +275,8 @@ def test_a_spot_interruption_fails_the_variant_with_the_instance_reason(aws, loc
 
 def test_a_full_instance_quota_waits_then_fails_before_launching(aws, local_sweep):
     from servebench.config import load_sweep
-    from servebench.provision.base import LaunchError
     from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.provision.interface import LaunchError
 
     ec2 = aws[0]
     holder = load_sweep(_sweep(aws, local_sweep, "holder", variants=("f16",)))
@@ -335,8 +335,8 @@ def test_a_throttled_launch_is_retried_a_bounded_number_of_times(aws, local_swee
 
 def test_a_launch_that_fails_part_way_terminates_what_it_launched(aws, local_sweep, ec2_faults):
     from servebench.config import load_sweep
-    from servebench.provision.base import LaunchError
     from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.provision.interface import LaunchError
 
     ec2 = aws[0]
     faults, _ = ec2_faults

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from servebench.config import SpecError, load_sweep, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,7 +2,6 @@
 the digest as a file); any other failure to read one is raised, never silently replaced."""
 
 import pytest
-
 from servebench import pipeline
 from servebench.settings import Settings
 

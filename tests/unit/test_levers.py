@@ -4,7 +4,6 @@ metrics, 95% bootstrap intervals from their requests, the accuracy delta beside 
 import numpy as np
 import pandas as pd
 import pytest
-
 from servebench.levers import lever_rows
 from servebench.notify.digest import lever_table
 

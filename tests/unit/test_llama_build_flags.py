@@ -11,7 +11,6 @@ import shutil
 import subprocess
 
 import pytest
-
 from servebench.settings import PROJECT_ROOT
 
 SCRIPT = PROJECT_ROOT / "scripts" / "build_llama_cpp.sh"

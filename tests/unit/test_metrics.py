@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from servebench.loadgen.records import RequestRecord
 from servebench.metrics import CellMetrics, Slo, ValidityChecks, compute_cell_metrics
 

@@ -4,7 +4,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from servebench.pipeline import PlanError, plan_run
 from servebench.settings import PROJECT_ROOT, Settings
 

@@ -1,7 +1,6 @@
 """Workload prompts: exact token lengths, deterministic, ending in an open question."""
 
 import pytest
-
 from servebench.config import FixedWorkload, SharedPrefixWorkload
 from servebench.settings import PROJECT_ROOT
 from servebench.tokenize import FileTokenizer, text_of_length

@@ -17,10 +17,10 @@ from servebench.evals.scorers import ScoreResult, score_answer
 from servebench.loadgen.engine import LoadSpec, run_load_sync
 from servebench.metrics import e2e_s
 from servebench.settings import Settings
-from servebench.stacks.base import StackAdapter
+from servebench.stacks.adapter import StackAdapter
 
 if TYPE_CHECKING:
-    from servebench.provision.base import Endpoint
+    from servebench.provision.interface import Endpoint
 
 
 @dataclass

@@ -1,8 +1,8 @@
 """Provisioners: where a variant's server comes from; importing this package registers each
-kind (``servebench.provision.base`` has the interface and the life cycle)."""
+kind (``servebench.provision.interface`` has the interface and the life cycle)."""
 
 from servebench.provision import ec2, kubernetes, local, static  # noqa: F401
-from servebench.provision.base import (
+from servebench.provision.interface import (
     Endpoint,
     LaunchError,
     Provisioner,

@@ -33,7 +33,7 @@ from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
 from servebench.config import Ec2Provision
 from servebench.errors import ReleaseError
-from servebench.provision.base import (
+from servebench.provision.interface import (
     Endpoint,
     LaunchError,
     Provisioner,
@@ -47,7 +47,7 @@ from servebench.provision.base import (
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
     from servebench.settings import Settings
-    from servebench.stacks.base import ContainerLaunch, StackAdapter
+    from servebench.stacks.adapter import ContainerLaunch, StackAdapter
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +233,7 @@ class Ec2Provisioner(Provisioner):
     # -- per variant ------------------------------------------------------------------------
     def launch(self, name, target, variant, adapter) -> Endpoint:
         # imported here: the stacks import this package
-        from servebench.stacks.base import hub_cache_dir
+        from servebench.stacks.adapter import hub_cache_dir
 
         spec = _spec(target)
         facts = self._facts(target.name)

@@ -24,7 +24,7 @@ import time
 from typing import TYPE_CHECKING
 
 from servebench.config import KubernetesProvision
-from servebench.provision.base import (
+from servebench.provision.interface import (
     Endpoint,
     LaunchError,
     Provisioner,
@@ -38,7 +38,7 @@ from servebench.provision.base import (
 if TYPE_CHECKING:
     from servebench.config import TargetSpec
     from servebench.settings import Settings
-    from servebench.stacks.base import ContainerLaunch, StackAdapter
+    from servebench.stacks.adapter import ContainerLaunch, StackAdapter
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class KubernetesProvisioner(Provisioner):
     def launch(self, name, target, variant, adapter) -> Endpoint:
         from kubernetes.client.exceptions import ApiException
 
-        from servebench.stacks.base import (
+        from servebench.stacks.adapter import (
             hub_cache_dir,  # stacks import the provisioners
         )
 

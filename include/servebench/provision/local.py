@@ -24,7 +24,7 @@ import httpx
 
 from servebench.errors import ServerLaunchError
 from servebench.provenance import hardware
-from servebench.provision.base import (
+from servebench.provision.interface import (
     Endpoint,
     LaunchError,
     Provisioner,

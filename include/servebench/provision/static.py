@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from servebench.config import HOSTED_STACKS, EndpointSpec, StaticProvision
-from servebench.provision.base import (
+from servebench.provision.interface import (
     Endpoint,
     LaunchError,
     Provisioner,
@@ -29,7 +29,7 @@ from servebench.settings import Settings
 
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
-    from servebench.stacks.base import StackAdapter
+    from servebench.stacks.adapter import StackAdapter
 
 log = logging.getLogger(__name__)
 UNKNOWN_VERSION = "unknown (static endpoint)"

@@ -9,7 +9,7 @@ from servebench.stacks import (  # noqa: F401
     trtllm,
     vllm,
 )
-from servebench.stacks.base import (
+from servebench.stacks.adapter import (
     LaunchSpec,
     StackAdapter,
     get_stack,

@@ -18,7 +18,7 @@ from servebench.config import (
     VariantSpec,
 )
 from servebench.settings import Settings
-from servebench.stacks.base import (
+from servebench.stacks.adapter import (
     ContainerLaunch,
     LaunchSpec,
     PrefixCacheCounters,

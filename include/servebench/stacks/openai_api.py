@@ -15,7 +15,7 @@ Configured by ``VariantSpec.endpoint`` (:class:`~servebench.config.EndpointSpec`
   via ``ignore_eos`` + ``min_tokens``, and top_k, min_p, repetition_penalty.
 
 Prefix-cache hits come per request as ``usage.prompt_tokens_details.cached_tokens``
-(:func:`~servebench.stacks.base.cached_prompt_tokens`); there is no ``/metrics``.
+(:func:`~servebench.stacks.adapter.cached_prompt_tokens`); there is no ``/metrics``.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from __future__ import annotations
 import os
 
 from servebench.config import EndpointSpec, SamplingSpec, VariantSpec
-from servebench.provision.base import Endpoint
+from servebench.provision.interface import Endpoint
 from servebench.provision.static import connection, locate
 from servebench.settings import Settings
-from servebench.stacks.base import (
+from servebench.stacks.adapter import (
     ContainerLaunch,
     LaunchSpec,
     StackAdapter,

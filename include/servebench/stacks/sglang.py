@@ -38,7 +38,7 @@ import sys
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import (
+from servebench.stacks.adapter import (
     PrefixCacheCounters,
     installed_version,
     register_stack,

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import chat_request, hub_cache_dir, register_stack
+from servebench.stacks.adapter import chat_request, hub_cache_dir, register_stack
 from servebench.stacks.gpu import HfGpuStack, checkpoint_args, weights_dtype
 
 QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantize

@@ -47,7 +47,7 @@ import yaml
 
 from servebench.config import VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import register_stack
+from servebench.stacks.adapter import register_stack
 from servebench.stacks.gpu import HfGpuStack, weights_dtype
 
 CONFIG_IN_CONTAINER = "/etc/servebench/trtllm-extra-options.yaml"

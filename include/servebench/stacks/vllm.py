@@ -29,7 +29,7 @@ from pathlib import Path
 
 from servebench.config import VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.base import (
+from servebench.stacks.adapter import (
     PrefixCacheCounters,
     installed_version,
     register_stack,

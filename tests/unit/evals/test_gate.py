@@ -5,7 +5,6 @@ import random
 
 import pytest
 from scipy.stats import binom, norm
-
 from servebench.evals.gate import Outcome, gate, mcnemar_exact, wilson_interval
 
 
@@ -139,8 +138,8 @@ def test_unpaired_items_or_many_errors_are_inconclusive():
 
 
 def _spec_with_group(members, min_agreement=0.98):
-    from servebench.config import parse_sweep
     import yaml
+    from servebench.config import parse_sweep
     from servebench.settings import PROJECT_ROOT
 
     data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from servebench.evals.golden import GoldenSetError, load_golden_set
 from servebench.settings import PROJECT_ROOT
 

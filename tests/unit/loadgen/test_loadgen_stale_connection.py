@@ -6,7 +6,6 @@ import json
 import threading
 
 import pytest
-
 from servebench.loadgen.engine import LoadSpec, run_load_sync
 
 SSE = b"".join(

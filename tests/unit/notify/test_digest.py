@@ -1,6 +1,5 @@
 import numpy as np
 import pandas as pd
-
 from servebench.notify.digest import fmt_num, render_digest, summary_table
 
 RUN = dict(run_id="scheduled__2025-03-01T00:00:00+00:00", sweep_name="nightly",

@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 
 import pandas as pd
-
 from servebench.notify.digest import render_digest
 from servebench.notify.slack import build_blocks
 

@@ -5,8 +5,12 @@ import time
 
 import httpx
 import pytest
-
-from servebench.provision.local import LocalProvisioner, ServerLaunchError, _alive, free_port
+from servebench.provision.local import (
+    LocalProvisioner,
+    ServerLaunchError,
+    _alive,
+    free_port,
+)
 
 
 def _fake_server_argv(port: int) -> list[str]:

@@ -9,7 +9,7 @@ from servebench.provision import LaunchError, get_provisioner, provision_kinds
 from servebench.provision.local import LocalProvisioner
 from servebench.provision.static import StaticProvisioner, locate
 from servebench.settings import PROJECT_ROOT, get_settings
-from servebench.stacks.base import get_stack
+from servebench.stacks.adapter import get_stack
 
 
 def _sweep(tmp_path, target: dict):

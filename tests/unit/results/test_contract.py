@@ -8,7 +8,6 @@ import datetime as dt
 import time
 
 import pytest
-
 from servebench.results.contract import (
     ContractError,
     ContractReport,

@@ -5,7 +5,6 @@ import os
 import shutil
 
 import pytest
-
 from servebench.results.history import duckdb_connection, load_history, register_views
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore, encode_run_id

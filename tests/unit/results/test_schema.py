@@ -2,7 +2,6 @@ import datetime as dt
 
 import pyarrow as pa
 import pytest
-
 from servebench.results.schema import (
     SCHEMA_VERSION,
     TABLES,

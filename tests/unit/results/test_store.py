@@ -3,7 +3,6 @@ import os
 
 import pyarrow.parquet as pq
 import pytest
-
 from servebench.results.schema import rows_to_table
 from servebench.results.store import (
     Manifest,

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks import get_stack, known_stacks

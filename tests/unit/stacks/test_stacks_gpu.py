@@ -14,7 +14,7 @@ from servebench.loadgen.records import RequestRecord
 from servebench.loadgen.stream import StreamState
 from servebench.settings import Settings
 from servebench.stacks import get_stack
-from servebench.stacks.base import ContainerLaunch
+from servebench.stacks.adapter import ContainerLaunch
 from servebench.stacks.trtllm import CONFIG_IN_CONTAINER
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
@@ -446,7 +446,7 @@ def test_usage_first_seen_on_a_late_chunk_is_a_total_not_that_chunks_count():
 
 # -- versions, limits -----------------------------------------------------------------------
 def test_engine_versions_and_image_tags_against_the_checked_range():
-    from servebench.stacks.base import image_tag, parse_engine_version
+    from servebench.stacks.adapter import image_tag, parse_engine_version
 
     assert str(parse_engine_version("v0.19.1")) == "0.19.1"
     assert str(parse_engine_version("3.3.6-dev0")) == "3.3.6"  # TGI's /info of 3.3.6

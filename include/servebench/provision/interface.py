@@ -40,7 +40,7 @@ from servebench.errors import LaunchError
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
     from servebench.settings import Settings
-    from servebench.stacks.base import StackAdapter
+    from servebench.stacks.adapter import StackAdapter
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from servebench.config import SamplingSpec, VariantOptions, VariantSpec
-from servebench.provision.base import Endpoint
+from servebench.provision.interface import Endpoint
 from servebench.settings import Settings
 
 
