@@ -7,6 +7,8 @@
     |   `-- HistoryError     a history to replay (file and column)
     |-- LaunchError      a variant's server could not be had (its log tail in the message)
     |   `-- ServerLaunchError  a local server exited or never became healthy
+    |-- TransportError   a request could not be carried (inside the load generator: every
+    |                    failed request ends as a record with its error, never raised)
     |-- ScorerError      an answer could not be scored, not by the answer's fault
     |-- PublishError     a night's results could not be published
     |   |-- SchemaError      rows that do not fit a result table
@@ -61,6 +63,11 @@ class LaunchError(ServebenchError, RuntimeError):
 
 class ServerLaunchError(LaunchError):
     """A server exited or never became healthy; the message carries its log tail."""
+
+
+class TransportError(ServebenchError, RuntimeError):
+    """A request could not be carried as sent (``loadgen.stream.StaleConnection``: a reused
+    connection the server had closed); the load generator turns it into a retry or a record."""
 
 
 class ScorerError(ServebenchError, RuntimeError):

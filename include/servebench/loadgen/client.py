@@ -42,11 +42,13 @@ import httpx
 from servebench.loadgen.records import Clock, RequestRecord
 from servebench.loadgen.stream import (
     BODY_SNIPPET_BYTES,
+    StaleConnection,
     StreamState,
     finish_record,
     frame,
     frame_end,
     new_record,
+    send_retrying_stale,
     short_error,
     status_error,
 )
@@ -100,21 +102,22 @@ async def send_streaming(
     rec.sent_at = clock.now()
     if on_sent is not None:
         on_sent(rec)
-    try:
+
+    async def attempt(fresh: bool) -> None:
+        if fresh:  # the retry, on a connection of its own
+            async with httpx.AsyncClient(base_url=client.base_url, headers=client.headers,
+                                         timeout=client.timeout, trust_env=False) as own:
+                await _consume_within(own, url, kwargs, state, clock, deadline_s)
+            return
         try:
             await _consume_within(client, url, kwargs, state, clock, deadline_s)
         except httpx.RemoteProtocolError as exc:
-            # A pooled keep-alive connection that the server closed as we reused it
-            # (llama.cpp's server does this after streamed responses): nothing was sent back,
-            # so the server never started the request. Retry once, timed from the retry, on a
-            # connection of its own (the pool's other idle ones may be just as stale), as
-            # every HTTP client does; anything else -- or a second failure -- is recorded.
-            if rec.http_status is not None or "without sending a response" not in str(exc):
-                raise
-            rec.sent_at = clock.now()
-            async with httpx.AsyncClient(base_url=client.base_url, headers=client.headers,
-                                         timeout=client.timeout, trust_env=False) as fresh:
-                await _consume_within(fresh, url, kwargs, state, clock, deadline_s)
+            if rec.http_status is None and "without sending a response" in str(exc):
+                raise StaleConnection from exc
+            raise
+
+    try:
+        await send_retrying_stale(state, clock.now, attempt)
     except TimeoutError:
         # asyncio.timeout raises the builtin TimeoutError; httpx timeouts are HTTPError.
         state.error = state.error or f"DeadlineExceeded: request exceeded {deadline_s} s"

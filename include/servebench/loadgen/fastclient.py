@@ -59,12 +59,13 @@ from urllib.parse import urlsplit
 from servebench.loadgen.records import Clock, RequestRecord
 from servebench.loadgen.stream import (
     BODY_SNIPPET_BYTES,
-    STALE_ERROR,
+    StaleConnection,
     StreamState,
     finish_record,
     frame,
     frame_end,
     new_record,
+    send_retrying_stale,
     short_error,
     status_error,
 )
@@ -83,10 +84,6 @@ _time = time.time
 _FIN_NULL = b'"finish_reason":null'
 _USAGE = b'"usage"'
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
-
-
-class _Stale(Exception):
-    """Connection closed before any response byte (candidate for the one retry)."""
 
 
 class _Conn:
@@ -225,7 +222,7 @@ class _Conn:
         if not self.got_bytes:
             self.closed = True
             if self.fut is not None and not self.fut.done():
-                self.fut.set_exception(_Stale())
+                self.fut.set_exception(StaleConnection())
             return
         if self.mode == _UNTIL_CLOSE:
             self._end_body(t)
@@ -561,11 +558,10 @@ class FastClient:
                     task.cancel()  # type: ignore[union-attr]
 
                 timer = self.loop.call_later(deadline_s, expire)
-            for attempt in range(2):
+            async def attempt(fresh: bool) -> None:
+                nonlocal conn
                 conn = None
-                # the retry goes out on a new connection: the other idle ones may be just as
-                # stale (llama-server closes every connection after a streamed response)
-                while self.idle and not attempt:
+                while self.idle and not fresh:
                     c = self.idle.pop()
                     if not c.closed:
                         conn = c
@@ -578,18 +574,16 @@ class FastClient:
                         cls = "ConnectTimeout" if isinstance(exc, asyncio.TimeoutError) else "ConnectError"
                         state.error = f"{cls}: {exc}"[:220]
                         rec.done_at = self.now()
-                        break
+                        return
                 self.busy.add(conn)
                 rec.sent_at = self.now()
                 try:
                     await conn.start(state, payload, chat, self.collect_text)
-                    break
-                except _Stale:
+                except StaleConnection:
                     self.busy.discard(conn)
-                    rec.http_status = None
-                    if attempt:
-                        state.error = STALE_ERROR
-                        rec.done_at = self.now()
+                    raise
+
+            await send_retrying_stale(state, self.now, attempt)
         except asyncio.CancelledError:
             if not expired:
                 if conn is not None:

@@ -9,8 +9,10 @@ fast one (:mod:`.fastclient`) differ only in how bytes arrive; the contract suit
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+from servebench.errors import TransportError
 from servebench.loadgen.records import RequestRecord
 
 try:  # msgspec is ~2-3x faster than json.loads on small chunks and comes with Airflow.
@@ -144,9 +146,33 @@ def frame_end(rest: bytes) -> list[bytes]:
     return frame(rest + b"\n\n")[0] if rest else []
 
 
-# a reused keep-alive connection the server had closed: retried once on a new connection (as
-# every HTTP client does); a second such failure is the record's error
 STALE_ERROR = "RemoteProtocolError: Server disconnected without sending a response."
+
+
+class StaleConnection(TransportError):
+    """A reused keep-alive connection the server had closed: no response byte came back, so
+    the server never started the request."""
+
+
+async def send_retrying_stale(state: StreamState, now: Callable[[], float],
+                              attempt: Callable[[bool], Awaitable[None]]) -> None:
+    """The stale keep-alive retry, the one copy: ``attempt(fresh)`` sends the request -- on a
+    pooled connection, or with ``fresh`` on a new one of its own (the pool's other idle ones
+    may be just as stale: llama-server closes each after a streamed response) -- and raises
+    :class:`StaleConnection` when the server closed it before any response byte. That is
+    retried once, timed from the retry, as every HTTP client does; a second is the record's
+    error."""
+    for fresh in (False, True):
+        try:
+            await attempt(fresh)
+            return
+        except StaleConnection:
+            state.rec.http_status = None
+            if fresh:
+                state.error = STALE_ERROR
+                state.rec.done_at = now()
+            else:
+                state.rec.sent_at = now()
 
 
 def new_record(body: dict[str, Any], *, request_id: str, cell_id: str, scheduled_at: float,
