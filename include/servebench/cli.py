@@ -7,6 +7,7 @@ run's HTML ``report``, and ``trends replay`` a history through the nightly detec
 
 from __future__ import annotations
 
+import signal
 import sys
 
 import click
@@ -206,8 +207,13 @@ def history_table(metric: str, target: str | None, variant: str | None, since: s
     return table
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def run_sweep(sweep: str | None, run_id: str | None) -> int:
-    """``servebench.run_sweep`` with a progress bar per unit and per cell."""
+    """``servebench.run_sweep`` with a progress bar per unit and per cell; interrupted (Ctrl-C,
+    SIGTERM), it stops what it started and exits 130."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from servebench import pipeline
@@ -221,6 +227,9 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
         bars["cells"] = progress.add_task("cells", total=plan["n_cells"])
         progress.start()
 
+    # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every server the run started is
+    # stopped and its hosts released on the way out
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         summary = pipeline.run_sweep(
             sweep, run_id, on_units=on_units, on_units_done=progress.stop,
@@ -232,6 +241,13 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        progress.stop()
+        print(f"interrupted ({exc or 'SIGINT'}): the run's servers are stopped and its hosts "
+              "released; nothing was published", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if summary["released"]:
         print(f"released what the run left: {summary['released']}", file=sys.stderr)
     print(f"digest: {summary['digest']}")

@@ -33,3 +33,44 @@ def test_a_sweep_runs_end_to_end_from_the_terminal(local_sweep, tmp_path, monkey
     assert any(f.endswith(".md") for f in store.find("digests"))
     assert not list((tmp_path / "runs").rglob("*.server.json"))  # released
     assert main(["run", str(tmp_path / "missing.yaml")]) == 2  # bad input: nothing started
+
+
+def test_a_terminated_run_stops_its_servers(local_sweep, tmp_path):
+    """`servebench run` killed with SIGTERM (a CI timeout, `kill`) unwinds as from Ctrl-C:
+    the llama-server it started is stopped, its record removed, and it exits 130."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    data = local_sweep([{"name": "adder", "stack": "llama_cpp", "variants": [
+        {"name": "f16", "model": "build/models/adder-3m-f16.gguf", "quant": "f16",
+         "max_num_seqs": 1, "max_model_len": 512, "threads": 1}]}],
+        input_tokens=32, output_tokens=32, num_requests=2000, concurrency=1, name="killed")
+    sweep = tmp_path / "killed.yaml"
+    sweep.write_text(yaml.safe_dump(data))
+    runs = tmp_path / "runs"
+    env = {**os.environ, "SERVEBENCH_RESULTS_URI": str(tmp_path / "data"),
+           "SERVEBENCH_WORK_DIR": str(runs)}
+    env.pop("SLACK_BOT_TOKEN", None)
+    proc = subprocess.Popen([sys.executable, "-m", "servebench.cli", "run", str(sweep)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (records := list(runs.rglob("*.server.json"))):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.2)
+        pid = json.loads(records[0].read_text())["pid"]
+        time.sleep(2)  # into its cells
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted (SIGTERM)" in err
+    assert not list(runs.rglob("*.server.json"))
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)  # the server is gone (stopped and reaped)
