@@ -30,7 +30,6 @@ from servebench.metrics import (
 )
 from servebench.provenance import file_sha256
 from servebench.provision.interface import Endpoint, Provisioner
-from servebench.results.schema import CELLS
 from servebench.settings import Settings
 from servebench.stacks.adapter import StackAdapter, get_stack
 from servebench.telemetry import cell_prefix_cache_hit_rate, deltas, scrape
@@ -317,7 +316,10 @@ class VariantRunner:
             client_saturated_reason(load.send_lag.p99_ms, load.loop_lag.p95_ms),
             timing_unresolved_reason(load.records)])]
         row = self._base_row(workload_name, point, endpoint.argv)
-        row.update({k: v for k, v in cell.as_row().items() if k in CELLS.names})
+        # every metric is a column (a new one the schema lacks fails the run loudly, in
+        # rows_to_table); validity is carried by status and reason, set below
+        row.update({k: v for k, v in cell.as_row().items()
+                    if k not in ("valid", "invalid_reasons")})
         failed = cell.n_ok == 0
         row.update(
             status="failed" if failed else ("invalid" if reasons else "ok"),
