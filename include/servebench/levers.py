@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from servebench.loadgen.records import RequestRecord
-from servebench.metrics import tpot_s
+from servebench.metrics import e2e_s, tpot_s, ttft_s
 
 N_BOOT = 1000
 LEVERS = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
@@ -47,11 +47,11 @@ def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
         return None
     records = [RequestRecord(**{k: v for k, v in r.items() if k in _RECORD_FIELDS})
                for r in rows.to_dict("records")]
-    ttft = [(r.first_chunk_at - r.sent_at) * 1000 if r.first_chunk_at is not None
-            and not math.isnan(r.first_chunk_at) else math.nan for r in records]
+    # the canonical per-request definitions (metrics.py); a missing first chunk reads as NaN
+    ttft = [(t * 1000 if t is not None else math.nan) for t in map(ttft_s, records)]
     tpot = [(t * 1000 if t is not None else math.nan) for t in map(tpot_s, records)]
     return _Sample(np.asarray(ttft, float), np.asarray(tpot, float),
-                   np.asarray([(r.done_at - r.sent_at) * 1000 for r in records], float),
+                   np.asarray([e2e_s(r) * 1000 for r in records], float),
                    float(cell.get("output_throughput") or math.nan),
                    float(cell.get("cost_per_1m_output_tokens") or math.nan),
                    cell.get("load_mode", "closed") != "open")
