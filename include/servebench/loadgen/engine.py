@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from servebench.loadgen.arrivals import ARRIVALS, MODES, LoadSpec, arrival_offsets  # noqa: F401
+from servebench.loadgen.arrivals import LoadSpec
 from servebench.loadgen.records import Clock, RequestRecord
 from servebench.loadgen.result import LagStats, LoadResult
 from servebench.loadgen.transport import make_transport, resolve_client

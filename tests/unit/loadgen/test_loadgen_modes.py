@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from servebench.loadgen.engine import (
-    LoadSpec,
-    arrival_offsets,
-    run_load_sync,
-)
+from servebench.loadgen.arrivals import arrival_offsets
+from servebench.loadgen.engine import LoadSpec, run_load_sync
 from servebench.testing import FakeServerConfig, serve_in_thread
 
 CHAT = "/v1/chat/completions"
