@@ -30,7 +30,11 @@ Common to all modes:
   the measured bodies are reused cyclically and request ids keep counting);
 * fixed seeds: arrival offsets depend only on ``(rate, arrival, burstiness, seed, n)``;
 * client lag: ``send_lag`` (sent_at minus when the request was free to go) and event-loop lag
-  (a ticker), so :attr:`LoadResult.client_saturated` can flag a client that fell behind.
+  (a ticker), so :attr:`LoadResult.client_saturated` can flag a client that fell behind;
+* a frozen heap (:func:`run_sync`): what the process held before the load is left out of
+  garbage collection while it runs -- a full collection walks every object of the process (an
+  Airflow task's: measured 470-790 ms a pass in the DAG test's process), and one inside the
+  window stalls the client that long, which reads as the server's latency.
 
 ``client="auto"`` (default; the one rule, ``transport.resolve_client``) uses
 :mod:`servebench.loadgen.fastclient` for plain ``http://`` and the httpx client (TLS, proxies)
@@ -42,6 +46,8 @@ benchmarks compare them). ``collect_text`` (fast client) keeps
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import itertools
 import math
 import time
@@ -290,9 +296,26 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_sync(coro: Any, *, use_uvloop: bool = True) -> Any:
-    """Run ``coro`` to completion on a fresh loop (uvloop when available and asked for)."""
-    with asyncio.Runner(loop_factory=new_event_loop if use_uvloop else None) as runner:
+    """Run ``coro`` to completion on a fresh loop (uvloop when available and asked for), the
+    heap frozen (:func:`frozen_heap`)."""
+    with frozen_heap(), asyncio.Runner(
+            loop_factory=new_event_loop if use_uvloop else None) as runner:
         return runner.run(coro)
+
+
+@contextlib.contextmanager
+def frozen_heap() -> Iterator[None]:
+    """The objects the process holds now are left out of garbage collection until the block
+    ends (``gc.freeze``): collections inside it walk only what it allocates. A process that
+    came frozen (Airflow's executors freeze before they fork a worker) stays frozen: the freeze
+    cannot be undone in part."""
+    came_frozen = gc.get_freeze_count() > 0
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if not came_frozen:
+            gc.unfreeze()
 
 
 def run_load_sync(base_url: str, path: str, bodies: Sequence[dict[str, Any]], spec: LoadSpec,

@@ -107,6 +107,21 @@ def test_warmup_excluded_from_window() -> None:
                       warmup=2, cell_id="w")
 
 
+def test_the_load_runs_with_the_heap_frozen() -> None:
+    """A full garbage collection walks every object of the process (hundreds of ms in an
+    Airflow task): while the load runs, what the process held before is left out of it, and
+    given back after."""
+    import gc
+
+    seen: list[int] = []
+    held = gc.get_freeze_count()
+    with serve_in_thread(FakeServerConfig(ttft_s=0.001, itl_s=0.001)) as srv:
+        run_load_sync(srv.url, CHAT, [chat_body(2) for _ in range(3)], LoadSpec.closed(1),
+                      cell_id="g", on_ready=lambda: seen.append(gc.get_freeze_count()))
+    assert seen and seen[0] > held
+    assert gc.get_freeze_count() == held
+
+
 def test_http_error_becomes_record() -> None:
     bodies = [chat_body(4), chat_body(4, fake_status=503), chat_body(4)]
     with serve_in_thread() as srv:
