@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from servebench.errors import HistoryError
 from servebench.trends.detect import DIRECTIONS, DetectorSettings, detect
+from servebench.trends.series import same_night
 
 REQUIRED = ("series_id", "metric", "direction", "night", "value")
 ALERT_COLUMNS = ["series_id", "night_flagged", "night_alerted", "direction"]
@@ -32,6 +33,7 @@ class SeriesHistory:
     direction: str
     values: np.ndarray  # index = night; NaN where the night has no value
     binomial_n: int | None = None
+    metric: str = ""  # a tail statistic's one night raises nothing (series.same_night)
 
 
 def read_history(path: str | Path) -> list[SeriesHistory]:
@@ -61,7 +63,11 @@ def read_history(path: str | Path) -> list[SeriesHistory]:
         n = None
         if "binomial_n" in group and group["binomial_n"].notna().any():
             n = int(group["binomial_n"].dropna().iloc[0])
-        out.append(SeriesHistory(str(series_id), str(directions[0]), values, n))
+        metrics = group["metric"].unique()
+        if len(metrics) != 1:
+            raise HistoryError(f"{path}: series {series_id!r} has metrics {list(metrics)}")
+        out.append(SeriesHistory(str(series_id), str(directions[0]), values, n,
+                                 str(metrics[0])))
     return out
 
 
@@ -75,7 +81,8 @@ def replay_series(series: SeriesHistory, settings: DetectorSettings | None = Non
         if t in resets:
             start = t
         change = detect(series.values[:t + 1], series.direction, start=start,
-                        binomial_n=series.binomial_n, settings=settings)
+                        binomial_n=series.binomial_n, settings=settings,
+                        same_night=same_night(series.metric))
         if change is None:
             continue
         alerts.append({"series_id": series.series_id, "night_flagged": change.night,

@@ -76,6 +76,27 @@ def test_a_drastic_jump_alerts_the_same_morning():
     assert change is not None and change.drastic and change.night == 70 and change.worse
 
 
+def test_a_tail_statistics_one_night_is_not_raised_the_same_morning():
+    """A p95 of a few dozen requests is a handful of them: its wild night waits for the
+    nights after it (seen in the local proof: ITL p95 x2.5 from a stalled host second)."""
+    from servebench.trends.series import same_night
+
+    x = noise(2)
+    x[70] *= 2.5
+    assert detect(x[:71], "higher_is_worse", same_night=False) is None
+    assert detect(x[:71], "higher_is_worse").drastic
+    assert [same_night(m) for m in ("itl_ms_p95", "e2e_ms_p95", "ttft_ms_p50",
+                                    "output_throughput", "accuracy", "my_metric")] == [
+        False, False, True, True, True, True]
+    # a tail that stays up is raised by the evidence test, once two nights stand after it
+    x[71:] *= 2.5
+    [same] = near(alerts(x), 70)
+    [tail] = near(replay_series(SeriesHistory("s", "higher_is_worse", x, metric="itl_ms_p95")),
+                  70)
+    assert (same["night_flagged"], same["night_alerted"]) == (70, 70)
+    assert (tail["night_flagged"], tail["night_alerted"]) == (70, 72)
+
+
 def test_a_drastic_night_that_finishes_a_change_dates_it_from_its_start():
     """Two nights already well off (too few for the evidence test), then a jump: the change
     began with the first of them, which is what attribution must look at."""
