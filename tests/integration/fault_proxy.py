@@ -92,6 +92,12 @@ class FaultProxy:
             writer.close()
         if self._server is not None:
             self._server.close()
+        # the keep-alive connections still waiting for a request end here, while the loop runs
+        # (left to the garbage collector they close their writers on a closed loop)
+        serving = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in serving:
+            task.cancel()
+        await asyncio.gather(*serving, return_exceptions=True)
         await self._client.aclose()
 
     # -- one client connection, keep-alive ---------------------------------------------------
