@@ -149,3 +149,18 @@ def test_history_with_a_bad_direction_names_the_file_and_column(tmp_path):
                   "value": [1.0]}).to_parquet(path)
     with pytest.raises(HistoryError, match=r"h\.parquet: column direction: unknown value"):
         read_history(path)
+
+
+def test_history_reads_each_series_metric_and_refuses_two(tmp_path):
+    """The metric decides whether one night may alert the same morning (a tail's may not), so
+    a series is one metric."""
+    path = tmp_path / "h.parquet"
+    frame = pd.DataFrame({"series_id": ["a", "a", "b"], "metric": ["itl_ms_p95"] * 2 + ["m"],
+                          "direction": ["higher_is_worse"] * 3, "night": [0, 1, 0],
+                          "value": [1.0, 1.1, 2.0]})
+    frame.to_parquet(path)
+    assert [(h.series_id, h.metric) for h in read_history(path)] == [("a", "itl_ms_p95"),
+                                                                     ("b", "m")]
+    frame.assign(metric=["itl_ms_p95", "ttft_ms_p50", "m"]).to_parquet(path)
+    with pytest.raises(HistoryError, match=r"h\.parquet: series 'a' has metrics"):
+        read_history(path)
