@@ -201,7 +201,8 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     # a disaster also lies well beyond the worst night the series has had: heavy-tailed
     # metrics (a tail percentile of a few ms) have single nights far out in sigmas
     worst = float(np.max(np.abs(seg[:-1] - base)))
-    if same_night and abs(dev_last) > s.drastic_sigmas and base and abs(clean[-1] / base - 1) > max(s.drastic_rel, s.min_rel_change) \
+    if same_night and abs(dev_last) > s.drastic_sigmas and base \
+            and abs(clean[-1] / base - 1) > max(s.drastic_rel, s.min_rel_change) \
             and abs(clean[-1] - base) > s.drastic_range * worst:
         # the jump may finish a change that began a night or two before (nights already
         # ``outlier_sigmas`` off, on the same side, too few yet for the evidence test): the

@@ -35,7 +35,13 @@ from servebench.config import TrendsSpec
 from servebench.results.store import ResultStore
 from servebench.trends.annotations import Annotation, reset_night
 from servebench.trends.detect import DetectorSettings, detect, noise_sigma
-from servebench.trends.series import CELL_KEY, build_series, nightly_runs, same_night, series_id
+from servebench.trends.series import (
+    CELL_KEY,
+    build_series,
+    nightly_runs,
+    same_night,
+    series_id,
+)
 
 log = logging.getLogger(__name__)
 
