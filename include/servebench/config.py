@@ -538,6 +538,48 @@ class SweepSpec(_Strict):
         return next(t for t in self.targets if t.name == name)
 
 
+# how a sweep's history is judged and reported: not what any cell measured
+_NOT_MEASURED = ("description", "trends", "cross_stack")
+
+
+def cell_spec(spec: dict, *, target: str, variant: str, workload: str | None) -> dict[str, str]:
+    """The part of a sweep spec (its JSON form, as runs store it) that one cell measured, as
+    ``{"variant.max_num_seqs": "4", "load.concurrency": "[1, 4]", ...}``: the run-wide
+    settings, its target without the other variants, its variant, and its workload (all of
+    them where ``workload`` is None: a variant-wide alert). A change elsewhere in the sweep --
+    another variant's knob, the alert floor -- is no cause of this cell's change."""
+    flat: dict[str, str] = {}
+    for key, value in spec.items():
+        if key in _NOT_MEASURED or key == "targets":
+            continue
+        if key == "workloads" and workload is not None:
+            value = [w for w in value if isinstance(w, dict) and w.get("name") == workload]
+        _flatten(value, key, flat)
+    for t in spec.get("targets") or []:
+        if t.get("name") != target:
+            continue
+        _flatten({k: v for k, v in t.items() if k != "variants"}, "target", flat)
+        for v in t.get("variants") or []:
+            if v.get("name") == variant:
+                _flatten(v, "variant", flat)
+    return flat
+
+
+def _flatten(value: object, path: str, out: dict[str, str]) -> None:
+    """Dotted paths to leaf values; a list of named items is keyed by name (``workloads[chat]``),
+    any other list is one leaf."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _flatten(item, f"{path}.{key}", out)
+    elif (isinstance(value, list) and value
+          and all(isinstance(i, dict) and "name" in i for i in value)):
+        for item in value:
+            _flatten({k: v for k, v in item.items() if k != "name"}, f"{path}[{item['name']}]",
+                     out)
+    else:
+        out[path] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
 def _field_path(loc: tuple, data: object) -> str:
     """Turn a pydantic error location into ``targets[0](name=x).variants[1].quant``."""
     parts: list[str] = []

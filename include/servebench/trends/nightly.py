@@ -5,18 +5,20 @@
   series (or an annotation), so each change is raised once;
 - **newly_failing**: a cell that was ``ok`` the night before and is not now (with its reason);
 - **gate_failure**: a variant the quality gate failed tonight;
-- **host_change**: a change with nothing recorded behind it that every other variant of the
-  target shows too, the same way, from the same night (each by half to twice as much and beyond
-  its own noise, none with a recorded change of its own then): the host moved -- a busier or
-  throttled machine, an unrecorded OS change --, not the variant. Said apart, once per series
-  like a regression; a change one variant shows alone stays a regression.
+- **host_change**: a change with nothing recorded behind it that the other variants of the
+  target show too, the same way, from the same night (each by half to twice as much and beyond
+  its own noise; one with a recorded change of its own then witnesses neither way): the host
+  moved -- a busier or throttled machine, an unrecorded OS change --, not the variant. Said
+  apart, once per series like a regression; a change one variant shows alone stays a
+  regression.
 
 Each regression or improvement is **attributed**: the provenance of the night before the change
 and of the change night is compared (engine version, launch args, model file, sampling, hardware
-and CPU features, suite git sha, sweep) and what changed is named -- a recorded change within
+and CPU features, suite git sha, and the cell's own part of the sweep spec -- another variant's
+knob is no cause of this one's change) and what changed is named -- a recorded change within
 the detector's locate tolerance of its night is taken as the change night -- or, when nothing
-recorded changed, it says so (the host or noise). Alerts that share a change night, a kind and a cause are
-one **finding** (an engine upgrade that slows 40 series is one regression, not 40).
+recorded changed, it says so (the host or noise). Alerts that share a change night, a kind and
+a cause are one **finding** (an engine upgrade that slows 40 series is one regression, not 40).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from servebench.config import TrendsSpec
+from servebench.config import TrendsSpec, cell_spec
 from servebench.results.store import ResultStore
 from servebench.trends.annotations import Annotation, reset_night
 from servebench.trends.detect import DetectorSettings, detect, noise_sigma
@@ -47,7 +49,8 @@ log = logging.getLogger(__name__)
 
 CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "sampling_hash",
                    "hardware")
-RUN_PROVENANCE = ("suite_git_sha", "sweep_hash")
+RUN_PROVENANCE = ("suite_git_sha",)  # and the cell's part of the sweep spec (_spec_diff)
+SPEC_CHANGES_SHOWN = 4
 NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"
 HOST_CHANGED = ("the host: every variant of the target moved the same way from that night, "
                 "and nothing recorded changed")
@@ -197,20 +200,23 @@ WHERE = ("target", "stack", "variant", "workload", "load_point")  # a cell, with
 
 def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, row: dict,
                night: int, rel_change: float, tonight: int, s: DetectorSettings) -> bool:
-    """Whether every other variant of ``row``'s target shows its change too: the same metric,
+    """Whether the other variants of ``row``'s target show its change too: the same metric,
     workload and load point, from ``night`` (the median since against the median of its
     nights before) the same way, by HOST_SHARE to 1/HOST_SHARE times as much (a like move,
-    so each variant's alert reads the other the same way) and by more than its own noise,
-    with no recorded change of its own near that night. False without another variant."""
+    so each variant's alert reads the other the same way) and by more than its own noise.
+    A variant with a recorded change of its own near that night (a slowdown under test, an
+    upgrade) witnesses neither way and is left out; False without a witness left."""
     if row["metric"] == "accuracy" or not math.isfinite(rel_change) or rel_change == 0:
         return False
     mask = ((series["target"] == row["target"]) & (series["metric"] == row["metric"])
             & (series["workload"] == row["workload"])
             & (series["load_point"] == row["load_point"]) & (series["variant"] != row["variant"]))
-    siblings = series[mask]
-    if siblings.empty:
-        return False
-    for _, sibling in siblings.groupby("variant", sort=False):
+    witnesses = 0
+    for _, sibling in series[mask].groupby("variant", sort=False):
+        _, cause = _attribute(cells, runs, sibling.iloc[-1].to_dict(), night, lo=0,
+                              hi=tonight, tolerance=s.locate_tolerance)
+        if cause != NOTHING_CHANGED:  # its own move, if any, has a recorded cause
+            continue
         before = sibling[(sibling["night"] < night)].tail(HOST_BEFORE_NIGHTS)["value"]
         after = sibling[(sibling["night"] >= night) & (sibling["night"] <= tonight)]["value"]
         if len(before) < 4 or after.empty:
@@ -223,12 +229,8 @@ def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, ro
         noise = noise_sigma(before.to_numpy(dtype=float)) / math.sqrt(len(after))
         if abs(level - base) <= 2 * noise:
             return False
-        other = sibling.iloc[-1].to_dict()
-        _, cause = _attribute(cells, runs, other, night, lo=0, hi=tonight,
-                              tolerance=s.locate_tolerance)
-        if cause != NOTHING_CHANGED:  # its own move has a recorded cause
-            return False
-    return True
+        witnesses += 1
+    return witnesses > 0
 
 
 def _where(row: dict) -> dict:
@@ -309,7 +311,28 @@ def _cause(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int) -> st
                 changes.append(f"launch args {diff}")
             continue
         changes.append(f"{key} {_short(a)} -> {_short(b)}")
+    spec = _spec_diff(before_run, after_run, row)
+    if spec:
+        changes.append(f"sweep {spec}")
     return "; ".join(changes) if changes else NOTHING_CHANGED
+
+
+def _spec_diff(before_run: pd.Series, after_run: pd.Series, row: dict) -> str:
+    """``variant.max_num_seqs 4 -> 1``: what changed, between two runs, in the part of the
+    sweep spec ``row``'s cell measured (``config.cell_spec``); a run without its spec is
+    compared by the whole sweep's hash."""
+    a, b = before_run.get("spec_json"), after_run.get("spec_json")
+    if _missing(a) or _missing(b):
+        h1, h2 = before_run.get("sweep_hash"), after_run.get("sweep_hash")
+        return "" if _missing(h1) or _missing(h2) or h1 == h2 else f"hash {h1} -> {h2}"
+    where = {"target": row["target"], "variant": row["variant"],
+             "workload": row.get("workload") or None}
+    old, new = cell_spec(json.loads(a), **where), cell_spec(json.loads(b), **where)
+    parts = [f"{key} {_short(old.get(key, '(none)'))} -> {_short(new.get(key, '(none)'))}"
+             for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    if len(parts) > SPEC_CHANGES_SHOWN:
+        parts = parts[:SPEC_CHANGES_SHOWN] + [f"and {len(parts) - SPEC_CHANGES_SHOWN} more"]
+    return ", ".join(parts)
 
 
 # where a server listens changes every night and says nothing about what was measured

@@ -180,9 +180,11 @@ def test_a_drastic_night_needs_the_cells_typical_request():
     assert not _corroborated(cells, runs, ttft, 0, last, s)
 
 
-def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14):
-    """``nights`` published and detected nights of variants f16 and q4, each variant's TTFT
-    p95 times ``shift[variant]`` from ``from_night`` on, nothing recorded changing."""
+def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14,
+                        upgraded=()):
+    """``nights`` published and detected nights of the variants of ``shift`` (f16 and q4),
+    each variant's TTFT p95 times ``shift[variant]`` from ``from_night`` on, nothing recorded
+    changing but the engine of the ``upgraded`` variants that night."""
     from servebench.pipeline import detect_regressions
     from servebench.results.schema import rows_to_table
     from servebench.results.store import ResultStore
@@ -195,11 +197,12 @@ def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14)
         run_id = f"scheduled__{day.isoformat()}"
         cells = [dict(run_id=run_id, run_date=day, cell_id=f"t/{v}/w/c4", target="t",
                       stack="llama_cpp", variant=v, workload="w", load_point="c4",
-                      concurrency=4, engine_version="b1", model_file_sha256=v * 8,
+                      concurrency=4, model_file_sha256=v * 8,
+                      engine_version="b2" if v in upgraded and night >= from_night else "b1",
                       hardware="cpu", sampling_hash="s", status="ok",
                       ttft_ms_p95=10.0 * (shift[v] if night >= from_night else 1.0)
                       * (1 + 0.01 * rng.normal()))
-                 for v in ("f16", "q4")]
+                 for v in shift]
         runs = [dict(run_id=run_id, run_date=day, dag_id="nightly_benchmark",
                      sweep_name="local", logical_date=dt.datetime.combine(day, dt.time(2), dt.UTC),
                      suite_git_sha="abc", sweep_hash="h", n_cells=2)]
@@ -230,6 +233,58 @@ def test_a_change_every_variant_shows_with_nothing_recorded_is_the_hosts(tmp_pat
     monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "less"))
     less = _two_variant_nights(tmp_path / "less", {"f16": 1.05, "q4": 1.3})
     assert "host_change" not in set(less["kind"])
+    # a third variant with a change of its own that night (the slowdown under test, an
+    # upgrade) witnesses neither way: the two untouched ones moving alike are the host
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "third"))
+    third = _two_variant_nights(tmp_path / "third", {"f16": 1.2, "twin": 1.25, "q4": 1.6},
+                                upgraded=("q4",))
+    assert third[["variant", "kind"]].sort_values("variant").values.tolist() == [
+        ["f16", "host_change"], ["q4", "regression"], ["twin", "host_change"]]
+    assert set(third[third["variant"] == "q4"]["cause"]) == {"engine_version b1 -> b2"}
+    # with only that variant beside it, an untouched variant's change has no witness: its own
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "alone"))
+    alone = _two_variant_nights(tmp_path / "alone", {"f16": 1.2, "q4": 1.6}, upgraded=("q4",))
+    assert alone[["variant", "kind"]].sort_values("variant").values.tolist() == [
+        ["f16", "regression"], ["q4", "regression"]]
+
+
+def test_a_cell_is_blamed_only_on_its_own_part_of_the_sweep_spec():
+    """The sweep spec is one file for all variants: a knob of another variant, or the alert
+    floor, is no cause of this variant's change; its own knob is, by name."""
+    import json
+
+    import pandas as pd
+    from servebench.trends.nightly import NOTHING_CHANGED, _cause
+
+    def spec(victim_seqs: int, floor: float) -> str:
+        variant = {"model": "m.gguf", "max_num_seqs": 4, "threads": 1}
+        return json.dumps({
+            "name": "nightly", "price_per_hour": 1.0, "trends": {"min_change": floor},
+            "workloads": [{"name": "w", "input_tokens": 64}, {"name": "x", "input_tokens": 9}],
+            "load": {"concurrency": [4]},
+            "targets": [{"name": "t", "stack": "llama_cpp", "variants": [
+                {"name": "steady", **variant},
+                {"name": "victim", **variant, "max_num_seqs": victim_seqs}]}]})
+
+    runs = pd.DataFrame({"run_id": ["r0", "r1"], "suite_git_sha": "abc",
+                         "sweep_hash": ["h0", "h1"], "spec_json": [spec(4, 0.05), spec(1, 0.2)]})
+    cells = pd.DataFrame([{"run_id": r, "target": "t", "stack": "llama_cpp", "variant": v,
+                           "workload": "w", "load_point": "c4"}
+                          for r in ("r0", "r1") for v in ("steady", "victim")])
+    steady = {"target": "t", "stack": "llama_cpp", "variant": "steady", "workload": "w",
+              "load_point": "c4"}
+    assert _cause(cells, runs, steady, 1) == NOTHING_CHANGED
+    assert _cause(cells, runs, {**steady, "variant": "victim"}, 1) == (
+        "sweep variant.max_num_seqs 4 -> 1")
+    # another workload's definition is no cause; the cell's own workload's is
+    other = runs.assign(spec_json=[spec(4, 0.05), spec(4, 0.05).replace('"input_tokens": 9',
+                                                                        '"input_tokens": 10')])
+    assert _cause(cells, other, steady, 1) == NOTHING_CHANGED
+    assert _cause(cells, other, {**steady, "workload": "x"}, 1) == (
+        "sweep workloads[x].input_tokens 9 -> 10")
+    # runs stored without their spec are compared by the whole sweep's hash
+    bare = runs.assign(spec_json=None)
+    assert _cause(cells, bare, steady, 1) == "sweep hash h0 -> h1"
 
 
 def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
