@@ -1,12 +1,13 @@
 """The local proof of the nightly loop: eighteen nights of the real DAG (llama-server, the
 project's model, dates advanced), a real slowdown injected from night 14 on: the victim
 variant's llama-server loses its batch slots (--parallel 4 -> 1) under a concurrency of 4, so
-three of every four requests wait for whole ones to finish. By the morning after the third slowed
+three of every four requests wait for whole ones to finish. Its twin (the same model and knobs,
+never touched) and the f16 baseline run beside it every night. By the morning after the third slowed
 night at the latest the digest names that change -- TTFT worse and, as truly, TPOT better (a
 lone request decodes faster); E2E, throughput and cost follow less surely -- with its one cause
 and its charts, and nothing else; no earlier night raised anything. The host itself may move
-on a shared VM (both variants slower from one night, nothing recorded changed): that is said
-apart, as a host change, and never as a variant's regression.
+on a shared VM (the untouched variants slower from one night, nothing recorded changed): that
+is said apart, as a host change, and never as a variant's regression.
 """
 
 import datetime as dt
@@ -27,12 +28,13 @@ DAY0 = dt.datetime(2026, 11, 1, 2, tzinfo=dt.UTC)
 
 def _sweep(build, path: Path, slowed: bool) -> str:
     common = {"max_num_seqs": 4, "max_model_len": 512, "threads": 1}
-    victim = {"name": "victim", "model": "build/models/adder-3m-q8_0.gguf", "quant": "q8_0",
-              **common, "max_num_seqs": 1 if slowed else 4}
+    q8 = {"model": "build/models/adder-3m-q8_0.gguf", "quant": "q8_0", **common}
+    victim = {"name": "victim", **q8, "max_num_seqs": 1 if slowed else 4}
     data = build([{"name": "adder", "stack": "llama_cpp", "baseline": "steady",
                    "golden_sets": ["addition"], "variants": [
                        {"name": "steady", "model": "build/models/adder-3m-f16.gguf",
-                        "quant": "f16", **common}, victim]}],
+                        "quant": "f16", **common},
+                       {"name": "twin", **q8}, victim]}],
                  input_tokens=64, output_tokens=16, num_requests=64, concurrency=4,
                  name="multinight", workload="fixed-64x16")
     # this VM's own speed wanders by ~10% for minutes, and simulated nights seconds apart turn
@@ -69,7 +71,13 @@ def nights(tmp_path_factory, local_sweep):
 def test_the_slowdown_is_found_with_its_cause_and_nothing_else(nights):
     store = nights
     alerts = store.read_table("regressions").to_pandas()
-    moved = alerts[alerts["kind"].isin(["regression", "improvement", "newly_failing"])]
+    # a cell whose client the host stalled (send lag p99 ~70 ms: a few nights in a hundred on
+    # this shared VM) is refused and listed as newly failing with that reason: a measurement
+    # that failed, said as one, never a change of the stack
+    failing = alerts[alerts["kind"] == "newly_failing"]
+    assert failing["reason"].str.startswith("invalid: client_saturated: ").all(), failing[
+        ["variant", "run_date", "reason"]]
+    moved = alerts[alerts["kind"].isin(["regression", "improvement"])]
     assert set(moved["variant"]) == {"victim"}, moved[["variant", "metric", "kind", "run_date"]]
     slowed_day = (DAY0 + dt.timedelta(days=SLOWED_FROM)).date()
     assert set(moved["change_date"]) == {slowed_day}
@@ -87,10 +95,12 @@ def test_the_slowdown_is_found_with_its_cause_and_nothing_else(nights):
                                                                     "tpot_ms_p95",
                                                                     "itl_ms_p95"}
     before = alerts[alerts["run_date"] < slowed_day]
-    assert before[~before["kind"].isin(["gate_failure", "host_change"])].empty
-    # the host itself may move on a shared VM: said apart, never as a variant's regression
+    assert before[before["kind"].isin(["regression", "improvement"])].empty
+    # the host itself may move on a shared VM: said apart, never as a variant's regression,
+    # and the slowdown is never taken for it
     host = alerts[alerts["kind"] == "host_change"]
-    assert (host["cause"] == HOST_CHANGED).all() and slowed_day not in set(host["change_date"])
+    assert (host["cause"] == HOST_CHANGED).all()
+    assert slowed_day not in set(host[host["variant"] == "victim"]["change_date"])
 
 
 def test_the_digest_of_that_morning_names_it_with_its_charts(nights):
@@ -100,7 +110,8 @@ def test_the_digest_of_that_morning_names_it_with_its_charts(nights):
     [digest] = [Path(f) for f in store.find(f"digests/date={day}") if f.endswith(".md")]
     text = digest.read_text()
     section = text.split("## Regressions", 1)[1].split("\n## ", 1)[0]  # that section only
-    assert "adder / victim" in section and "steady" not in section
+    assert "adder / victim" in section
+    assert "steady" not in section and "twin" not in section
     assert "--parallel 4 -> 1" in section
     charts = re.findall(r"\(\[chart\]\(([^)]+)\)\)", section)
     assert charts and all((digest.parent / c).read_bytes()[:4] == b"\x89PNG" for c in charts)
