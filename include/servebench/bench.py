@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import httpx
+
 from servebench.config import LoadPoint, LoadPoints, SweepSpec, TargetSpec, VariantSpec
 from servebench.cost import cost_fields
 from servebench.errors import LaunchError
@@ -50,6 +52,9 @@ class VariantResult:
     requests: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
     unit: dict = field(default_factory=dict)  # the ``units`` row: where, phase times
+
+
+EXIT_GRACE_S = 2.0  # a server unreachable from its own tokenizer: how long to wait for its exit
 
 
 def _first(text: str) -> str:
@@ -192,6 +197,18 @@ class VariantRunner:
         """How the variant's server ended, if it has and its provisioner can tell."""
         return self.provisioner.exited(self._endpoint) if self._endpoint is not None else None
 
+    def _build_failure(self, exc: Exception) -> str:
+        """Why a workload could not be built: the server's death when it died under the build
+        (its tokenizer is the server's: the error is only a reset connection), else ``exc``."""
+        died = self._server_died()
+        deadline = time.monotonic() + EXIT_GRACE_S
+        # the server's socket closes as it dies, a moment before it can be reaped
+        while died is None and isinstance(exc, httpx.TransportError) \
+                and time.monotonic() < deadline:
+            time.sleep(0.05)
+            died = self._server_died()
+        return f"the server had died: {_first(died)}" if died else f"workload build failed: {exc}"
+
     def _tokenizer(self, endpoint: Endpoint) -> Tokenizer:
         if self.adapter.tokenize_path:  # the server's own tokenizer is the ground truth
             return ServerTokenizer(endpoint.base_url, path=self.adapter.tokenize_path,
@@ -231,7 +248,7 @@ class VariantRunner:
             tokenizer = self._tokenizer(endpoint)
         except Exception as exc:  # every cell records why; the traceback stays in the log
             log.exception("no tokenizer for %s", self.variant.name)
-            self._failed_cells(f"workload build failed: {exc}", endpoint.argv)
+            self._failed_cells(self._build_failure(exc), endpoint.argv)
             tokenizer = None
         for workload in self.spec.workloads if tokenizer else []:
             try:
@@ -240,7 +257,7 @@ class VariantRunner:
             except Exception as exc:  # this workload's cells record why; the log keeps the rest
                 log.exception("workload %s could not be built for %s", workload.name,
                               self.variant.name)
-                self._failed_cells(f"workload build failed: {exc}", endpoint.argv, [workload])
+                self._failed_cells(self._build_failure(exc), endpoint.argv, [workload])
                 continue
             for point in self.spec.load.points():
                 died = self._server_died()

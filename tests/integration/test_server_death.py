@@ -64,6 +64,30 @@ def test_a_server_killed_mid_run_fails_its_cells_with_the_signal(tmp_path):
     assert not list(tmp_path.glob("*.server.json"))
 
 
+def test_a_server_killed_while_its_workload_is_built_says_so(tmp_path, monkeypatch):
+    """The prompts are built with the server's own tokenizer: a server that dies then fails
+    the build with a reset connection, and the cells say how the server died (seen in CI on
+    a slow host, where the kill above landed before the first cell)."""
+    import servebench.bench as runner_module
+
+    spec = _spec()
+    target = spec.targets[0]
+    real = runner_module.build_prompts
+
+    def killed_first(*args, **kwargs):
+        pid = json.loads(next(tmp_path.glob("*.server.json")).read_text())["pid"]
+        os.killpg(pid, signal.SIGKILL)  # no wait: the build meets the dying server
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "build_prompts", killed_first)
+    result = VariantRunner(spec, target, target.variants[0], run_id="t",
+                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path)).run()
+    assert [c["status"] for c in result.cells] == ["failed", "failed"]
+    assert all(c["reason"] == "the server had died: llama--v killed by SIGKILL (-9)"
+               for c in result.cells), [c["reason"] for c in result.cells]
+    assert result.evals == [] and not list(tmp_path.glob("*.server.json"))
+
+
 def test_a_server_killed_during_the_golden_set_leaves_no_accuracy(tmp_path, monkeypatch):
     import servebench.bench as runner_module
 
