@@ -52,8 +52,8 @@ CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "sampli
 RUN_PROVENANCE = ("suite_git_sha",)  # and the cell's part of the sweep spec (_spec_diff)
 SPEC_CHANGES_SHOWN = 4
 NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"
-HOST_CHANGED = ("the host: every variant of the target moved the same way from that night, "
-                "and nothing recorded changed")
+HOST_CHANGED = ("the host: the target's other variants (those with no recorded change of "
+                "their own) moved the same way from that night, and nothing recorded changed")
 MOVES = ("regression", "improvement", "host_change")  # a series' change, raised once
 HOST_SHARE = 0.5  # a sibling variant moved the same way by 0.5x to 2x as much
 HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nights
