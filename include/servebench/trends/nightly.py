@@ -24,6 +24,7 @@ a cause are one **finding** (an engine upgrade that slows 40 series is one regre
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import logging
@@ -325,14 +326,20 @@ def _spec_diff(before_run: pd.Series, after_run: pd.Series, row: dict) -> str:
     if _missing(a) or _missing(b):
         h1, h2 = before_run.get("sweep_hash"), after_run.get("sweep_hash")
         return "" if _missing(h1) or _missing(h2) or h1 == h2 else f"hash {h1} -> {h2}"
-    where = {"target": row["target"], "variant": row["variant"],
-             "workload": row.get("workload") or None}
-    old, new = cell_spec(json.loads(a), **where), cell_spec(json.loads(b), **where)
+    where = (row["target"], row["variant"], row.get("workload") or None)
+    old, new = _cell_spec(a, *where), _cell_spec(b, *where)
     parts = [f"{key} {_short(old.get(key, '(none)'))} -> {_short(new.get(key, '(none)'))}"
              for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     if len(parts) > SPEC_CHANGES_SHOWN:
         parts = parts[:SPEC_CHANGES_SHOWN] + [f"and {len(parts) - SPEC_CHANGES_SHOWN} more"]
     return ", ".join(parts)
+
+
+@functools.lru_cache(maxsize=256)
+def _cell_spec(spec_json: str, target: str, variant: str, workload: str | None) -> dict:
+    """``config.cell_spec`` of a stored spec, parsed once: a night's spec is compared for
+    every series and candidate night (read only: the dict is shared)."""
+    return cell_spec(json.loads(spec_json), target=target, variant=variant, workload=workload)
 
 
 # where a server listens changes every night and says nothing about what was measured
