@@ -210,7 +210,8 @@ def _hours(seconds) -> str:
 
 KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),
                ("newly_failing", "Newly failing cells"),
-               ("host_change", "Host changes (every variant moved together)"))
+               ("host_change", ("Host changes (the target's variants moved together; "
+                                "nothing recorded changed)")))
 
 
 def alert_line(r: dict, airflow_url: str | None = None, dag_id: str | None = None) -> str:

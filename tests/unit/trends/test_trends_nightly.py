@@ -181,10 +181,11 @@ def test_a_drastic_night_needs_the_cells_typical_request():
 
 
 def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14,
-                        upgraded=()):
+                        upgraded=(), itl: dict[str, float] | None = None):
     """``nights`` published and detected nights of the variants of ``shift`` (f16 and q4),
-    each variant's TTFT p95 times ``shift[variant]`` from ``from_night`` on, nothing recorded
-    changing but the engine of the ``upgraded`` variants that night."""
+    each variant's TTFT p95 times ``shift[variant]`` from ``from_night`` on (and, with
+    ``itl``, its ITL p95 times ``itl[variant]``), nothing recorded changing but the engine of
+    the ``upgraded`` variants that night."""
     from servebench.pipeline import detect_regressions
     from servebench.results.schema import rows_to_table
     from servebench.results.store import ResultStore
@@ -201,7 +202,9 @@ def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14,
                       engine_version="b2" if v in upgraded and night >= from_night else "b1",
                       hardware="cpu", sampling_hash="s", status="ok",
                       ttft_ms_p95=10.0 * (shift[v] if night >= from_night else 1.0)
-                      * (1 + 0.01 * rng.normal()))
+                      * (1 + 0.01 * rng.normal()),
+                      **({"itl_ms_p95": 6.0 * (itl[v] if night >= from_night else 1.0)
+                          * (1 + 0.02 * rng.normal())} if itl else {}))
                  for v in shift]
         runs = [dict(run_id=run_id, run_date=day, dag_id="nightly_benchmark",
                      sweep_name="local", logical_date=dt.datetime.combine(day, dt.time(2), dt.UTC),
@@ -246,6 +249,37 @@ def test_a_change_every_variant_shows_with_nothing_recorded_is_the_hosts(tmp_pat
     alone = _two_variant_nights(tmp_path / "alone", {"f16": 1.2, "q4": 1.6}, upgraded=("q4",))
     assert alone[["variant", "kind"]].sort_values("variant").values.tolist() == [
         ["f16", "regression"], ["q4", "regression"]]
+
+
+def test_a_cell_the_host_moved_moves_with_it_in_its_other_statistics(tmp_path, monkeypatch):
+    """Seen in the local proof: a faster host, the untouched q8_0's and the f16's TPOT p50
+    down alike (the host), the q8_0's ITL p95 down 35% and the f16's tail staying. The cell
+    is on the moved host: its tail's move is the host's too, never a variant's improvement."""
+    from servebench.trends.nightly import HOST_CELL, HOST_CHANGED
+
+    monkeypatch.setenv("SERVEBENCH_ANNOTATIONS", str(tmp_path / "none.yaml"))
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "host"))
+    host = _two_variant_nights(tmp_path / "host", {"f16": 0.75, "q4": 0.8},
+                               itl={"f16": 1.0, "q4": 0.6})
+    kinds = host[["variant", "metric", "kind"]].sort_values(["variant", "metric"])
+    assert kinds.values.tolist() == [["f16", "ttft_ms_p95", "host_change"],
+                                     ["q4", "itl_ms_p95", "host_change"],
+                                     ["q4", "ttft_ms_p95", "host_change"]], host
+    causes = dict(zip(host["metric"] + host["variant"], host["cause"], strict=True))
+    assert causes["ttft_ms_p95q4"] == HOST_CHANGED
+    assert causes["itl_ms_p95q4"] == HOST_CELL.format(metrics="TTFT p95")
+    # the tail moving the other way from the cell's host move is the variant's own
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "apart"))
+    apart = _two_variant_nights(tmp_path / "apart", {"f16": 0.75, "q4": 0.8},
+                                itl={"f16": 1.0, "q4": 1.5})
+    assert apart[apart["metric"] == "itl_ms_p95"][["variant", "kind"]].values.tolist() == [
+        ["q4", "regression"]]
+    # and without a host move of the cell, the tail's move stands alone
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "alone"))
+    alone = _two_variant_nights(tmp_path / "alone", {"f16": 1.0, "q4": 1.0},
+                                itl={"f16": 1.0, "q4": 0.6})
+    assert alone[["variant", "metric", "kind"]].values.tolist() == [
+        ["q4", "itl_ms_p95", "improvement"]]
 
 
 def test_a_cell_is_blamed_only_on_its_own_part_of_the_sweep_spec():
