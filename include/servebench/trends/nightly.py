@@ -66,6 +66,10 @@ MOVES = ("regression", "improvement", "host_change")  # a series' change, raised
 HOST_SHARE = 0.5  # a sibling variant moved the same way by 0.5x to 2x as much
 HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nights
 RECORDED_STEP_SHARE = 0.75  # a later recorded change, stepping this share as far, is the night
+# a drastic night's jump finishes a move that a recorded change up to ``locate_tolerance``
+# nights before began, when every night since stood this many of the baseline's sigmas off on
+# the jump's side
+LEAD_SIGMAS = 2.0
 
 
 def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
@@ -109,9 +113,10 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
         # within the detector's locate tolerance
         tolerance = 0 if change.drastic else s.locate_tolerance
         night, cause = _attribute(cells, runs, first, change.night, lo=start, hi=tonight,
-                                  tolerance=tolerance, values=values)
+                                  tolerance=tolerance, values=values,
+                                  lead=s.locate_tolerance if change.drastic else 0)
         before, after, rel_change = change.before, change.after, change.rel_change
-        if night > change.night + tolerance:  # re-dated to a later recorded change: its levels
+        if abs(night - change.night) > tolerance:  # re-dated to a recorded change: its levels
             before = float(np.nanmedian(values[start:night]))
             after = float(np.nanmean(values[night:]))
             rel_change = after / before - 1 if before else math.nan
@@ -124,7 +129,7 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
             "kind": kind,
             "before": before, "after": after,
             "change_pct": 100 * rel_change if math.isfinite(rel_change) else None,
-            "z": change.z, "drastic": change.drastic,
+            "z": change.z, "drastic": change.drastic and night == change.night,
             "change_date": runs["run_date"].iloc[night],
             "change_run_id": runs["run_id"].iloc[night],
             "nights_since": tonight - night + 1,
@@ -291,7 +296,8 @@ def _cell_at(cells: pd.DataFrame, run_id: str, row: dict) -> dict | None:
 
 
 def _attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *, lo: int,
-               hi: int, tolerance: int, values: np.ndarray | None = None) -> tuple[int, str]:
+               hi: int, tolerance: int, values: np.ndarray | None = None,
+               lead: int = 0) -> tuple[int, str]:
     """(change night, cause): the detector places a change to within ``tolerance`` nights
     (Otava's split and the noise test can land a night off when few nights follow it), so a
     recorded provenance change that near -- the nearest, the detector's own night first -- is
@@ -300,14 +306,31 @@ def _attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *
     throughput placed three and four nights before the slots were cut, on nights 2-15% low):
     with the series' ``values``, the first recorded change later than that, up to tonight,
     where the level steps the same way by RECORDED_STEP_SHARE of the located step or more (a
-    recorded change is evidence of its own), is the change night. Else the detector's night,
-    with nothing recorded changed."""
+    recorded change is evidence of its own), is the change night. A drastic night's jump
+    (``lead`` nights) can finish a move a recorded change began up to ``lead`` nights before
+    it, too little for the evidence test by itself (seen in the local proof: the slowed
+    variant's cost +14% and +20% the two nights after its slots were cut, then +58% on a slow
+    night of the host): where every night since that change stood LEAD_SIGMAS of the
+    baseline's noise off on the jump's side, it is the change night. Else the detector's
+    night, with nothing recorded changed."""
     for offset in sorted(range(-tolerance, tolerance + 1), key=lambda d: (abs(d), d)):
         candidate = night + offset
         if lo < candidate <= hi:
             cause = _cause(cells, runs, row, candidate)
             if cause != NOTHING_CHANGED:
                 return candidate, cause
+    if values is not None and lead:
+        side = np.sign(values[night] - np.nanmedian(values[lo:night]))
+        for earlier in range(night - 1, max(lo, night - lead - 1), -1):
+            cause = _cause(cells, runs, row, earlier)
+            if cause == NOTHING_CHANGED:
+                continue
+            base = values[lo:earlier][np.isfinite(values[lo:earlier])]
+            off = (values[earlier:night] - np.median(base)) * side if len(base) >= 4 else None
+            # (a night missing, NaN, is no evidence)
+            if off is not None and np.all(off > LEAD_SIGMAS * noise_sigma(base)):
+                return earlier, cause
+            break  # the nearest earlier recorded change began it, or none did
     if values is not None:
         located = _step(values, lo, night)
         for later in range(max(night + tolerance + 1, lo + 1), hi + 1):

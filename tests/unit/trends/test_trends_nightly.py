@@ -361,6 +361,45 @@ def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
         10, NOTHING_CHANGED)
 
 
+def test_a_drastic_night_finishing_a_move_a_recorded_change_began_takes_that_change():
+    """From a local proof run: the victim's cost per 1M tokens, slots cut on night 14: +14%
+    and +20% the two nights after (too few, too little for the evidence test), then +58% on a
+    slow night of the host, which the drastic guard raised on its own night with nothing
+    recorded. The cut began the move: it is the change night and the cause."""
+    import pandas as pd
+    from servebench.trends.detect import DetectorSettings, detect
+    from servebench.trends.nightly import NOTHING_CHANGED, _attribute
+
+    cost = np.array([20.3, 18.6, 20.3, 20.5, 19.2, 19.5, 19.7, 20.2, 19.0, 20.2, 21.0, 16.4,
+                     19.9, 25.7, 22.7, 23.9, 31.9])
+    n = len(cost)
+    change = detect(cost, "higher_is_worse", settings=DetectorSettings(min_rel_change=0.2))
+    assert change is not None and change.drastic and change.night == 16
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(n)],
+                         "run_date": [dt.date(2026, 11, 1 + i) for i in range(n)],
+                         "suite_git_sha": "abc", "sweep_hash": "h"})
+    where = {"target": "t", "stack": "llama_cpp", "variant": "victim", "workload": "w",
+             "load_point": "c4"}
+
+    def cells(cut: int) -> pd.DataFrame:
+        return pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
+                              "launch_args": '["llama-server", "--parallel", "%d"]'
+                              % (4 if i < cut else 1)} for i in range(n)])
+
+    assert _attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0, values=cost,
+                      lead=2) == (14, "launch args --parallel 4 -> 1")
+    # without the lead (a change found over nights), or a change further back: tonight's own
+    assert _attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0,
+                      values=cost) == (16, NOTHING_CHANGED)
+    assert _attribute(cells(13), runs, where, 16, lo=0, hi=16, tolerance=0, values=cost,
+                      lead=2) == (16, NOTHING_CHANGED)
+    # the nights since the change did not move (a change that did nothing): not it
+    still = cost.copy()
+    still[14] = 20.1
+    assert _attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0, values=still,
+                      lead=2) == (16, NOTHING_CHANGED)
+
+
 def test_the_sweeps_alert_floor_silences_changes_below_it(history):
     """``trends.min_change`` of the run's sweep is the smallest change raised: q4's +15% TTFT
     p95 is news at the default floor and not at 20% (a team on a host whose speed wanders)."""
