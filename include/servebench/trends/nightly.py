@@ -264,7 +264,7 @@ def _on_a_moved_host(rows: list[dict], earlier: pd.DataFrame, night_of: dict[str
         confirmed = sorted({
             h["metric"] for h in hosts
             if h["metric"] != row["metric"] and _where(h) == _where(row)
-            and abs(night_of.get(h["change_run_id"], -tolerance - night - 1) - night) <= tolerance
+            and abs(night_of.get(h["change_run_id"], math.inf) - night) <= tolerance
             and _worse(h) == (row["kind"] == "regression")})
         if confirmed:
             row["kind"] = "host_change"
