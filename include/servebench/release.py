@@ -166,7 +166,7 @@ def decide(spec: SweepSpec, params: ReleaseGateParams, measured: dict) -> dict:
     perf = []
     for (workload, point), variants in sorted(by.items()):
         for metric, threshold in params.thresholds.items():
-            sign = 1.0 if BY_COLUMN[metric].direction == "higher_is_worse" else -1.0
+            sign = BY_COLUMN[metric].worse_sign
             pairs = []
             for rep, cand in variants.get(cand_name, {}).items():
                 base = variants.get(base_name, {}).get(rep)

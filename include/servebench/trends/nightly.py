@@ -273,8 +273,7 @@ def _on_a_moved_host(rows: list[dict], earlier: pd.DataFrame, night_of: dict[str
 
 def _worse(row: dict) -> bool:
     """Whether an alert's change is the worse way for its metric."""
-    up = (row.get("change_pct") or 0) > 0
-    return up == (BY_COLUMN[row["metric"]].direction == "higher_is_worse")
+    return (row.get("change_pct") or 0) * BY_COLUMN[row["metric"]].worse_sign > 0
 
 
 def _where(row: dict) -> dict:

@@ -27,6 +27,11 @@ class Metric:
     # the typical request), only a change that stands for nights
     tail: bool = False
 
+    @property
+    def worse_sign(self) -> float:
+        """+1 where up is worse (latency, cost), -1 where down is (throughput, accuracy)."""
+        return 1.0 if self.direction == "higher_is_worse" else -1.0
+
 
 # what a nightly series can be made of, and which way is worse
 METRICS: tuple[Metric, ...] = (
