@@ -181,10 +181,12 @@ def test_a_drastic_night_needs_the_cells_typical_request():
 
 
 def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14,
-                        upgraded=(), itl: dict[str, float] | None = None):
+                        upgraded=(), itl: dict[str, float] | None = None,
+                        tpot: dict[str, float] | None = None, tpot_from: int = 14):
     """``nights`` published and detected nights of the variants of ``shift`` (f16 and q4),
     each variant's TTFT p95 times ``shift[variant]`` from ``from_night`` on (and, with
-    ``itl``, its ITL p95 times ``itl[variant]``), nothing recorded changing but the engine of
+    ``itl``, its ITL p95 times ``itl[variant]``; with ``tpot``, its TPOT p50 times
+    ``tpot[variant]`` from ``tpot_from`` on), nothing recorded changing but the engine of
     the ``upgraded`` variants that night."""
     from servebench.pipeline import detect_regressions
     from servebench.results.schema import rows_to_table
@@ -204,7 +206,9 @@ def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14,
                       ttft_ms_p95=10.0 * (shift[v] if night >= from_night else 1.0)
                       * (1 + 0.01 * rng.normal()),
                       **({"itl_ms_p95": 6.0 * (itl[v] if night >= from_night else 1.0)
-                          * (1 + 0.02 * rng.normal())} if itl else {}))
+                          * (1 + 0.02 * rng.normal())} if itl else {}),
+                      **({"tpot_ms_p50": 2.0 * (tpot[v] if night >= tpot_from else 1.0)
+                          * (1 + 0.01 * rng.normal())} if tpot else {}))
                  for v in shift]
         runs = [dict(run_id=run_id, run_date=day, dag_id="nightly_benchmark",
                      sweep_name="local", logical_date=dt.datetime.combine(day, dt.time(2), dt.UTC),
@@ -280,6 +284,76 @@ def test_a_cell_the_host_moved_moves_with_it_in_its_other_statistics(tmp_path, m
                                 itl={"f16": 1.0, "q4": 0.6})
     assert alone[["variant", "metric", "kind"]].values.tolist() == [
         ["q4", "itl_ms_p95", "improvement"]]
+
+
+def test_a_tail_moving_with_its_cells_typical_request_waits_for_that_verdict(tmp_path,
+                                                                             monkeypatch):
+    """Seen in the local proof: the host ~50% slower for two variants, the untouched q8_0's
+    TPOT p95 +53% raised as a regression the night before its TPOT p50 +70% was said as a
+    host change with the f16's. A tail with nothing recorded behind it whose cell's typical
+    request moves the same way, not yet judged, waits (at most two nights) for that verdict."""
+    from servebench.trends.nightly import HOST_CELL, HOST_CHANGED, NOTHING_CHANGED
+
+    monkeypatch.setenv("SERVEBENCH_ANNOTATIONS", str(tmp_path / "none.yaml"))
+    # the q4's ITL p95 +60% from night 14, its TPOT p50 and the f16's +30% from night 15:
+    # the host, judged a night after the tail could have been raised
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "host"))
+    host = _two_variant_nights(tmp_path / "host", {"f16": 1.0, "q4": 1.0},
+                               itl={"f16": 1.0, "q4": 1.6}, tpot={"f16": 1.3, "q4": 1.3},
+                               tpot_from=15)
+    kinds = host[["variant", "metric", "kind"]].sort_values(["variant", "metric"])
+    assert kinds.values.tolist() == [["f16", "tpot_ms_p50", "host_change"],
+                                     ["q4", "itl_ms_p95", "host_change"],
+                                     ["q4", "tpot_ms_p50", "host_change"]], host
+    itl_row = host[host["metric"] == "itl_ms_p95"].iloc[0]
+    assert itl_row["cause"] == HOST_CELL.format(metrics="TPOT p50")
+    tpot_row = host[(host["metric"] == "tpot_ms_p50") & (host["variant"] == "q4")].iloc[0]
+    assert tpot_row["cause"] == HOST_CHANGED
+    assert itl_row["run_date"] == tpot_row["run_date"]  # raised the morning of the verdict
+    # the cell's typical request judged the variant's own (the f16 steady): the tail is the
+    # variant's too, raised with it
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "own"))
+    own = _two_variant_nights(tmp_path / "own", {"f16": 1.0, "q4": 1.0},
+                              itl={"f16": 1.0, "q4": 1.6}, tpot={"f16": 1.0, "q4": 1.3},
+                              tpot_from=15)
+    assert own[["variant", "metric", "kind", "cause"]].sort_values("metric").values.tolist() \
+        == [["q4", "itl_ms_p95", "regression", NOTHING_CHANGED],
+            ["q4", "tpot_ms_p50", "regression", NOTHING_CHANGED]], own
+    # the typical request steady: the tail's change is raised the morning it can be (its
+    # third night), nothing to wait for
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "alone"))
+    alone = _two_variant_nights(tmp_path / "alone", {"f16": 1.0, "q4": 1.0},
+                                itl={"f16": 1.0, "q4": 1.6}, tpot={"f16": 1.0, "q4": 1.0})
+    assert alone[["variant", "metric", "kind", "nights_since"]].values.tolist() == [
+        ["q4", "itl_ms_p95", "regression", 3]], alone
+
+
+def test_a_held_tail_is_raised_once_its_wait_is_over():
+    """A tail whose cell's typical request keeps moving without a verdict (too little for
+    the detector, say) waits two nights past its first, then is raised as it stands."""
+    import pandas as pd
+    from servebench.trends.detect import DetectorSettings
+    from servebench.trends.nightly import NOTHING_CHANGED, _held_for_their_cell
+
+    where = dict(target="t", stack="llama_cpp", variant="q4", workload="w", load_point="c4")
+    series = pd.DataFrame([{**where, "metric": "tpot_ms_p50", "night": n,
+                            "value": 2.0 * (1.1 if n >= 14 else 1.0) * (1 + 0.01 * (n % 3))}
+                           for n in range(20)])
+    night_of = {f"r{n}": n for n in range(20)}
+    s = DetectorSettings()
+
+    def tail(tonight: int) -> dict:
+        return {**where, "series_id": "t/q4/w/c4/itl_ms_p95", "metric": "itl_ms_p95",
+                "kind": "regression", "cause": NOTHING_CHANGED, "change_pct": 60.0,
+                "change_date": "d14", "change_run_id": "r14", "nights_since": tonight - 13}
+
+    none = pd.DataFrame(columns=["kind"])
+    for tonight, kept in ((16, 0), (17, 0), (18, 1), (19, 1)):
+        assert len(_held_for_their_cell([tail(tonight)], none, series, night_of, tonight,
+                                        s)) == kept, tonight
+    # the typical request moving the other way is no reason to wait
+    better = series.assign(value=lambda f: 4.0 - f["value"])
+    assert _held_for_their_cell([tail(16)], none, better, night_of, 16, s)
 
 
 def test_a_cell_is_blamed_only_on_its_own_part_of_the_sweep_spec():
