@@ -313,8 +313,8 @@ def _held_for_their_cell(rows: list[dict], earlier: pd.DataFrame, series: pd.Dat
         if not moving:
             kept.append(row)
             continue
-        log.info("detect: %s %+.0f%% since %s (nothing recorded) held: its cell's %s moves "
-                 "the same way, not yet judged (the host, or the variant)", row["series_id"],
+        log.info("detect: %s %+.0f%% since %s (nothing recorded) held: its cell's %s moved "
+                 "the same way, with no verdict yet (the host, or the variant)", row["series_id"],
                  row["change_pct"] or 0, row["change_date"],
                  ", ".join(map(metric_label, moving)))
     return kept
