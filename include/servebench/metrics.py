@@ -52,7 +52,8 @@ Validity of the measurement itself (``client_lag_reasons``, ``timing_unresolved_
 runner adds them to a cell's reasons):
 
 * ``client_saturated``: the client, not the server, set the pace -- send lag p99 (requests went
-  out late) or event-loop lag p95 (the loop was blocked for a sustained share of the window;
+  out late; a lag some request reached, so over fewer than 100 requests the second latest: one
+  request a stalled host sent late is no client falling behind) or event-loop lag p95 (the loop was blocked for a sustained share of the window;
   p95, because one GC pause is not saturation and shows in the latencies as what it is) above
   ``CLIENT_LAG_BOUND_MS``. The cells table stores exactly these two statistics;
 * ``timing_unresolved``: more than half of the successful multi-chunk responses arrived in a

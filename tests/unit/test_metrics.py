@@ -215,6 +215,21 @@ def test_client_saturated_names_the_lag_that_passed_the_one_bound():
     assert client_saturated_reason(float("nan"), float("nan")) is None  # no sample: not late
 
 
+def test_one_request_sent_late_is_a_stall_not_a_saturated_client():
+    """Seen in CI: a cell of 8 requests, one sent 107 ms late (the host stalled a second),
+    the interpolated p99 100 ms, the cell refused. The p99 is a lag two requests reached."""
+    from servebench.loadgen.result import LagStats
+    from servebench.metrics import client_lag_reasons
+
+    one = LagStats.from_seconds([0.001] * 7 + [0.107])
+    assert one.p99_ms == 1.0 and one.max_ms == 107.0
+    assert client_lag_reasons(one.p99_ms, 0.0) == []
+    two = LagStats.from_seconds([0.001] * 6 + [0.090, 0.107])  # falling behind: refused
+    assert client_lag_reasons(two.p99_ms, 0.0) == ["send lag p99 90.0 ms"]
+    many = LagStats.from_seconds([i / 1000 for i in range(1000)])  # a large sample: its p99
+    assert (many.p50_ms, many.p95_ms, many.p99_ms) == (499.0, 949.0, 989.0)
+
+
 def test_timing_unresolved_when_most_responses_came_in_one_read():
     from servebench.metrics import timing_unresolved_reason
 

@@ -14,7 +14,13 @@ from servebench.metrics import CLIENT_LAG_BOUND_MS, client_lag_reasons
 
 @dataclass(frozen=True, slots=True)
 class LagStats:
-    """Summary of a lag sample, milliseconds. NaN fields when ``n == 0``."""
+    """Summary of a lag sample, milliseconds. NaN fields when ``n == 0``.
+
+    Each percentile is a lag some sample reached (numpy's ``lower`` method), so one value
+    above the rest never sets a percentile of a small sample: the p99 of 8 requests is the
+    second latest, not the latest (interpolated, it was ~the maximum, and one request a stalled
+    second of the host sent late made a whole cell ``client_saturated``; the rule is for a
+    client that keeps falling behind)."""
 
     n: int
     mean_ms: float
@@ -30,8 +36,8 @@ class LagStats:
             nan = math.nan
             return cls(0, nan, nan, nan, nan, nan)
         a = np.asarray(values, dtype=float) * 1000.0
-        return cls(len(a), float(a.mean()), float(np.percentile(a, 50)),
-                   float(np.percentile(a, 95)), float(np.percentile(a, 99)), float(a.max()))
+        p50, p95, p99 = np.percentile(a, [50, 95, 99], method="lower")
+        return cls(len(a), float(a.mean()), float(p50), float(p95), float(p99), float(a.max()))
 
 
 @dataclass(slots=True)
