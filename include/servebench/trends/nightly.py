@@ -6,11 +6,11 @@
 - **newly_failing**: a cell that was ``ok`` the night before and is not now (with its reason);
 - **gate_failure**: a variant the quality gate failed tonight;
 - **host_change**: a change with nothing recorded behind it that the other variants of the
-  target show too, the same way, from the same night (each by half to twice as much and beyond
-  its own noise; one with a recorded change of its own then witnesses neither way): the host
-  moved -- a busier or throttled machine, an unrecorded OS change --, not the variant. Said
-  apart, once per series like a regression; a change one variant shows alone stays a
-  regression. A cell with a host move so confirmed is on a moved host: its other statistics'
+  target show too (at least half of them), the same way, from the same night (by half to
+  twice as much and beyond its own noise; one with a recorded change of its own then
+  witnesses neither way): the host moved -- a busier or throttled machine, an unrecorded OS
+  change --, not the variant. Said apart, once per series like a regression; a change one
+  variant shows alone stays a regression. A cell with a host move so confirmed is on a moved host: its other statistics'
   changes from that night, the same way, with nothing recorded, are host changes too (a tail
   amplifies a host's move past the like-move share, and a variant of another kind -- f16
   beside q8_0 -- moves its tail apart). A tail's change with nothing recorded behind it whose
@@ -217,18 +217,22 @@ WHERE = ("target", "stack", "variant", "workload", "load_point")  # a cell, with
 
 def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, row: dict,
                night: int, rel_change: float, tonight: int, s: DetectorSettings) -> bool:
-    """Whether the other variants of ``row``'s target show its change too: the same metric,
-    workload and load point, from ``night`` (the median since against the median of its
-    nights before) the same way, by HOST_SHARE to 1/HOST_SHARE times as much (a like move,
-    so each variant's alert reads the other the same way) and by more than its own noise.
-    A variant with a recorded change of its own near that night (a slowdown under test, an
-    upgrade) witnesses neither way and is left out; False without a witness left."""
+    """Whether the other variants of ``row``'s target show its change too: at least half of
+    them (and one) the same metric, workload and load point, from ``night`` (the median since
+    against the median of its nights before) the same way, by HOST_SHARE to 1/HOST_SHARE
+    times as much (a like move, so each variant's alert reads the other the same way) and by
+    more than its own noise. Half, not all: a host's drift reaches the variants, measured
+    minutes apart, at different nights (seen in the local proof: the untouched q8_0's TPOT
+    p50 +32% and the slowed variant's +42% before its cut from one night, the f16's +8% from
+    it, its rise having begun four nights earlier). A variant with a recorded change of its
+    own near that night (a slowdown under test, an upgrade) witnesses neither way and is left
+    out; False without a witness left, or with one too short to tell."""
     if row["metric"] == "accuracy" or not math.isfinite(rel_change) or rel_change == 0:
         return False
     mask = ((series["target"] == row["target"]) & (series["metric"] == row["metric"])
             & (series["workload"] == row["workload"])
             & (series["load_point"] == row["load_point"]) & (series["variant"] != row["variant"]))
-    witnesses = 0
+    witnesses = alike = 0
     for _, sibling in series[mask].groupby("variant", sort=False):
         _, cause = _attribute(cells, runs, sibling.iloc[-1].to_dict(), night, lo=0,
                               hi=tonight, tolerance=s.locate_tolerance)
@@ -238,16 +242,14 @@ def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, ro
         after = sibling[(sibling["night"] >= night) & (sibling["night"] <= tonight)]["value"]
         if len(before) < 4 or after.empty:
             return False
+        witnesses += 1
         base, level = float(before.median()), float(after.median())
         moved = level / base - 1 if base else math.nan
-        if not (math.isfinite(moved) and moved * rel_change > 0
-                and HOST_SHARE <= moved / rel_change <= 1 / HOST_SHARE):
-            return False
         noise = noise_sigma(before.to_numpy(dtype=float)) / math.sqrt(len(after))
-        if abs(level - base) <= 2 * noise:
-            return False
-        witnesses += 1
-    return witnesses > 0
+        alike += (math.isfinite(moved) and moved * rel_change > 0
+                  and HOST_SHARE <= moved / rel_change <= 1 / HOST_SHARE
+                  and abs(level - base) > 2 * noise)
+    return alike > 0 and 2 * alike >= witnesses
 
 
 def _on_a_moved_host(rows: list[dict], earlier: pd.DataFrame, night_of: dict[str, int],
