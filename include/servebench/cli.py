@@ -2,7 +2,8 @@
 
 ``validate`` a sweep, ``smoke``-test its variants, print a run's ``summary``, ``compare`` two
 runs cell by cell with their gate verdicts, query the ``history`` with DuckDB, (re)write a
-run's HTML ``report``, and ``trends replay`` a history through the nightly detector.
+run's HTML ``report``, ``trends replay`` a history through the nightly detector, and
+``trends redetect`` a sweep's stored nights again.
 """
 
 from __future__ import annotations
@@ -330,6 +331,32 @@ def trends_replay(history: str = typer.Argument(..., help="Parquet: series_id, m
                   out: str = typer.Option(..., "--out", help="alerts CSV to write")):
     """Replay a long-format history night by night through the nightly detector."""
     raise typer.Exit(_trends_replay(history, out))
+
+
+@trends_app.command("redetect")
+def trends_redetect(sweep: str = typer.Argument(..., help="the sweep's name (its `name:`)"),
+                    dag: str = typer.Option("nightly_benchmark", "--dag", help="DAG id"),
+                    since: str = typer.Option(None, "--since",
+                                              help="first night to judge again (YYYY-MM-DD)")):
+    """Judge a sweep's committed nights again, oldest first, as the nightly detect task does
+    (after an annotation written late, or a new detector); each night's regressions replaced."""
+    import datetime as dt
+
+    from servebench.pipeline import redetect
+
+    try:
+        first = dt.date.fromisoformat(since) if since else None
+    except ValueError as exc:
+        raise click.BadParameter(f"--since {since!r}: {exc}") from exc
+    try:
+        nights = redetect(sweep, dag_id=dag, since=first)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from exc
+    table = Table("night", "run", "alerts")
+    for night in nights:
+        alerts = ", ".join(f"{kind} {n}" for kind, n in night["alerts"].items())
+        table.add_row(str(night["run_date"]), night["run_id"], alerts or "-")
+    console.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:

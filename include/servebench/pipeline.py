@@ -375,6 +375,25 @@ def detect_regressions(summary: dict, settings: Settings | None = None) -> dict:
     return {**summary, "alerts": {k: kinds.count(k) for k in sorted(set(kinds))}}
 
 
+def redetect(sweep_name: str, *, dag_id: str = "nightly_benchmark",
+             since: dt.date | None = None, settings: Settings | None = None) -> list[dict]:
+    """Judge the committed nights of ``sweep_name``'s DAG runs again, oldest first (from
+    ``since``), exactly as the DAG's detect task did each night, each night's ``regressions``
+    replaced: after an annotation written late (an expected change nobody recorded in time)
+    or a new detector. A night sees the nights before it as re-judged. The digests sent stay
+    as they were. Returns each night's summary with its alert counts."""
+    from servebench.trends.series import nightly_runs
+
+    settings = settings or get_settings()
+    runs = nightly_runs(open_store(settings).read_table("runs").to_pandas(), sweep_name, dag_id)
+    if runs.empty:
+        raise ValueError(f"no committed runs of sweep {sweep_name!r} by DAG {dag_id!r}")
+    if since is not None:
+        runs = runs[runs["run_date"] >= since]
+    return [detect_regressions({"run_id": run.run_id, "run_date": run.run_date.isoformat()},
+                               settings) for run in runs.itertuples()]
+
+
 # -- digest ----------------------------------------------------------------------------------
 def slack_credentials(settings: Settings) -> tuple[str | None, str | None]:
     """(token, base_url) from $SLACK_BOT_TOKEN or the Airflow Slack connection; else None."""

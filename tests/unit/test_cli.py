@@ -59,3 +59,38 @@ def test_report_rewrites_the_html_beside_the_results(history, capsys):
     html = Path(where).read_text()
     assert "<html" in html and "q4" in html
     assert main(["report", "never-ran"]) == 2
+
+
+def test_trends_redetect_judges_the_stored_nights_again(history, tmp_path, monkeypatch, capsys):
+    """The nights judged again as the DAG judged them give the same alerts; with an
+    annotation written late for the engine upgrade of night 20, its regression is gone and
+    everything else stands."""
+    import shutil
+
+    from servebench.results.store import ResultStore
+
+    store, _, day0 = history
+    copy = tmp_path / "data"
+    shutil.copytree(store.uri, copy)  # the shared history stays as the DAG left it
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(copy))
+    columns = ["run_id", "series_id", "kind", "change_run_id", "cause"]
+
+    def alerts():
+        frame = ResultStore(str(copy)).read_table("regressions").to_pandas()
+        return frame[columns].sort_values(columns).reset_index(drop=True)
+
+    stored = alerts()
+    assert "regression" in set(stored["kind"])
+    assert main(["trends", "redetect", "local"]) == 0
+    assert alerts().equals(stored)
+    assert "regression 1" in capsys.readouterr().out
+    upgrade = day0 + dt.timedelta(days=20)
+    notes = tmp_path / "annotations.yaml"
+    notes.write_text(f"- date: {upgrade}\n  match: {{variant: q4}}\n  note: engine b1 -> b2\n")
+    monkeypatch.setenv("SERVEBENCH_ANNOTATIONS", str(notes))
+    assert main(["trends", "redetect", "local", "--since", str(upgrade)]) == 0
+    after = alerts()
+    assert "regression" not in set(after["kind"])
+    assert after.equals(stored[stored["kind"] != "regression"].reset_index(drop=True))
+    assert main(["trends", "redetect", "nightly"]) == 2  # no such sweep: said, nothing judged
+    assert "no committed runs of sweep 'nightly'" in capsys.readouterr().err
