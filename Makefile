@@ -34,8 +34,8 @@ run: setup airflow-db
 test: setup airflow-db
 	$(BIN)/python -m pytest
 
-# the twenty-night local proof of the trends: real latencies night after night on a shared
-# VM whose speed wanders, so not in `make test` (README gives its record)
+# the twenty-night local proof of the trends alone (it is part of `make test` too; README
+# gives its record)
 PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
 
 proof: setup airflow-db
