@@ -10,10 +10,10 @@
   twice as much and beyond its own noise; one with a recorded change of its own then
   witnesses neither way): the host moved -- a busier or throttled machine, an unrecorded OS
   change --, not the variant. Said apart, once per series like a regression; a change one
-  variant shows alone stays a regression. A cell with a host move so confirmed is on a moved host: its other statistics'
-  changes from that night, the same way, with nothing recorded, are host changes too (a tail
-  amplifies a host's move past the like-move share, and a variant of another kind -- f16
-  beside q8_0 -- moves its tail apart). A tail's change with nothing recorded behind it whose
+  variant shows alone stays a regression. A cell with a host move so confirmed is on a moved
+  host: its other statistics' changes from that night, the same way, with nothing recorded,
+  are host changes too (a tail amplifies a host's move past the like-move share, and a
+  variant of another kind -- f16 beside q8_0 -- moves its tail apart). A tail's change with nothing recorded behind it whose
   cell's typical request moves the same way, not yet judged, waits for that verdict (at most
   two nights past its first): it is the tail's too.
 
@@ -238,14 +238,12 @@ def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, ro
                               hi=tonight, tolerance=s.locate_tolerance)
         if cause != NOTHING_CHANGED:  # its own move, if any, has a recorded cause
             continue
-        before = sibling[(sibling["night"] < night)].tail(HOST_BEFORE_NIGHTS)["value"]
-        after = sibling[(sibling["night"] >= night) & (sibling["night"] <= tonight)]["value"]
-        if len(before) < 4 or after.empty:
+        shift = _shift(sibling, night)
+        if shift is None:
             return False
         witnesses += 1
-        base, level = float(before.median()), float(after.median())
+        base, level, noise = shift
         moved = level / base - 1 if base else math.nan
-        noise = noise_sigma(before.to_numpy(dtype=float)) / math.sqrt(len(after))
         alike += (math.isfinite(moved) and moved * rel_change > 0
                   and HOST_SHARE <= moved / rel_change <= 1 / HOST_SHARE
                   and abs(level - base) > 2 * noise)
@@ -330,14 +328,23 @@ def _moved_from(series: pd.DataFrame, row: dict, metric: str, nights: range, *,
     mine = series[(series["metric"] == metric) & _at(series, row, WHERE)]
     sign = BY_COLUMN[metric].worse_sign * (1 if worse else -1)
     for start in nights:
-        before = mine[mine["night"] < start].tail(HOST_BEFORE_NIGHTS)["value"]
-        after = mine[mine["night"] >= start]["value"]
-        if len(before) < 4 or after.empty:
-            continue
-        moved = sign * (float(after.median()) - float(before.median()))
-        if moved > 2 * noise_sigma(before.to_numpy(dtype=float)) / math.sqrt(len(after)):
+        shift = _shift(mine, start)
+        if shift is not None and sign * (shift[1] - shift[0]) > 2 * shift[2]:
             return True
     return False
+
+
+def _shift(series: pd.DataFrame, night: int) -> tuple[float, float, float] | None:
+    """(level before, level since, noise of that level) of one series' nights (``night``,
+    ``value``) around ``night``: the median of its last HOST_BEFORE_NIGHTS nights before it,
+    the median of its nights from it on, the first's noise over the root of the second's
+    count. None with fewer than 4 nights before or none since: too short to tell."""
+    before = series[series["night"] < night].tail(HOST_BEFORE_NIGHTS)["value"]
+    after = series[series["night"] >= night]["value"]
+    if len(before) < 4 or after.empty:
+        return None
+    noise = noise_sigma(before.to_numpy(dtype=float)) / math.sqrt(len(after))
+    return float(before.median()), float(after.median()), noise
 
 
 def _worse(row: dict) -> bool:
