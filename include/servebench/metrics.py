@@ -53,9 +53,9 @@ runner adds them to a cell's reasons):
 
 * ``client_saturated``: the client, not the server, set the pace -- send lag p99 (requests went
   out late; a lag some request reached, so over fewer than 100 requests the second latest: one
-  request a stalled host sent late is no client falling behind) or event-loop lag p95 (the loop was blocked for a sustained share of the window;
-  p95, because one GC pause is not saturation and shows in the latencies as what it is) above
-  ``CLIENT_LAG_BOUND_MS``. The cells table stores exactly these two statistics;
+  request a stalled host sent late is no client falling behind) or event-loop lag p95 (the
+  loop was blocked for a sustained share of the window; p95, because one GC pause is not
+  saturation and shows in the latencies as what it is) above ``CLIENT_LAG_BOUND_MS``. The cells table stores exactly these two statistics;
 * ``timing_unresolved``: more than half of the successful multi-chunk responses arrived in a
   single read, so TPOT/ITL were inferred (0), not observed.
 """

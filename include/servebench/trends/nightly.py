@@ -13,9 +13,9 @@
   variant shows alone stays a regression. A cell with a host move so confirmed is on a moved
   host: its other statistics' changes from that night, the same way, with nothing recorded,
   are host changes too (a tail amplifies a host's move past the like-move share, and a
-  variant of another kind -- f16 beside q8_0 -- moves its tail apart). A tail's change with nothing recorded behind it whose
-  cell's typical request moves the same way, not yet judged, waits for that verdict (at most
-  two nights past its first): it is the tail's too.
+  variant of another kind -- f16 beside q8_0 -- moves its tail apart). A tail's change with
+  nothing recorded behind it whose cell's typical request moves the same way, not yet judged,
+  waits for that verdict (at most two nights past its first): it is the tail's too.
 
 Each regression or improvement is **attributed**: the provenance of the night before the change
 and of the change night is compared (engine version, launch args, model file, sampling, hardware
@@ -105,7 +105,7 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
                         same_night=same_night(first["metric"]))
         if change is None:
             continue
-        if change.drastic and first["metric"] in CORROBORATED and not _corroborated(
+        if change.drastic and first["metric"] in TYPICAL and not _corroborated(
                 cells, night_of, first, start, tonight, s):
             log.info("detect %s: %s jumped %+.0f%% tonight with the cell's median E2E and "
                      "tok/s unchanged: one statistic's night, not raised", run_id, sid,
@@ -181,8 +181,10 @@ def load_history(store: ResultStore, run_id: str) -> tuple[pd.DataFrame, pd.Data
 # in the local proof on llama-server: nights of TTFT p50 -38% at the same E2E and tok/s (time
 # shifted between the parts of a request). A tail is no witness: a host's stalled second gave
 # E2E p95 +37% with the median +17% (and ITL p95 x2.5). A disaster moves the typical request.
-CORROBORATED = frozenset({"ttft_ms_p50", "tpot_ms_p50", "output_throughput", "goodput",
-                          "cost_per_1m_output_tokens"})
+# (TYPICAL: the typical request's statistics of a cell; a tail moving with them also waits
+# for their verdict, _held_for_their_cell.)
+TYPICAL = ("ttft_ms_p50", "tpot_ms_p50", "output_throughput", "goodput",
+           "cost_per_1m_output_tokens")
 WITNESSES = (("e2e_ms_p50", 1.0), ("output_throughput", -1.0))
 
 
@@ -274,12 +276,6 @@ def _on_a_moved_host(rows: list[dict], earlier: pd.DataFrame, night_of: dict[str
             row["cause"] = HOST_CELL.format(metrics=", ".join(map(metric_label, confirmed)))
 
 
-# the typical request's statistics of a cell, whose verdict (the host, or the variant) a tail
-# moving with them waits for
-TYPICAL = ("ttft_ms_p50", "tpot_ms_p50", "output_throughput", "goodput",
-           "cost_per_1m_output_tokens")
-
-
 def _held_for_their_cell(rows: list[dict], earlier: pd.DataFrame, series: pd.DataFrame,
                          night_of: dict[str, int], tonight: int,
                          s: DetectorSettings) -> list[dict]:
@@ -304,12 +300,12 @@ def _held_for_their_cell(rows: list[dict], earlier: pd.DataFrame, series: pd.Dat
             kept.append(row)
             continue
         night = night_of[row["change_run_id"]]
-        moving = [m for m in TYPICAL if not any(
-            j["metric"] == m and _where(j) == _where(row)
-            and night_of.get(j["change_run_id"], -math.inf) >= night - s.locate_tolerance
-            for j in judged) and _moved_from(series, row, m, range(
-                max(night - s.locate_tolerance, 1), min(night + s.locate_tolerance, tonight) + 1),
-                worse=row["kind"] == "regression")]
+        verdicts = {j["metric"] for j in judged if _where(j) == _where(row)
+                    and night_of.get(j["change_run_id"], -math.inf) >= night - s.locate_tolerance}
+        starts = range(max(night - s.locate_tolerance, 1),
+                       min(night + s.locate_tolerance, tonight) + 1)
+        moving = [m for m in TYPICAL if m not in verdicts and _moved_from(
+            series, row, m, starts, worse=row["kind"] == "regression")]
         if not moving:
             kept.append(row)
             continue
