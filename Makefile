@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := $(ROOT)/.venv
 BIN := $(VENV)/bin
 STACKS_VENV ?= $(ROOT)/.venv-stacks
+VLLM_VENV ?= $(ROOT)/.venv-vllm
 export SERVEBENCH_CACHE ?= $(HOME)/.cache/servebench
 LLAMA_CPP_PYTHON_VERSION := 0.3.36
 # the llama.cpp build flavour (scripts/build_llama_cpp.sh says why AMX kernels are off)
@@ -25,8 +26,10 @@ export AIRFLOW__CORE__UNIT_TEST_MODE := False
 export SERVEBENCH_LLAMA_BIN := $(LLAMA_BIN)
 export SERVEBENCH_STACKS_VENV := $(STACKS_VENV)
 export STACKS_VENV
+export SERVEBENCH_VLLM_VENV := $(VLLM_VENV)
+export VLLM_VENV
 
-.PHONY: run test proof airflow setup venv stacks llama models airflow-db unit clean
+.PHONY: run test proof airflow setup venv stacks vllm llama models airflow-db unit clean
 run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
 	$(BIN)/servebench summary --latest --require-ok
@@ -50,7 +53,7 @@ airflow: setup airflow-db
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/dags
 
-setup: venv stacks llama models
+setup: venv stacks vllm llama models
 
 venv: $(VENV)/.stamp
 $(VENV)/.stamp: requirements.txt requirements-dev.txt pyproject.toml
@@ -62,6 +65,10 @@ $(VENV)/.stamp: requirements.txt requirements-dev.txt pyproject.toml
 
 stacks:
 	scripts/setup_stacks_venv.sh
+
+# vLLM's CPU build (requirements-vllm.txt), the local default's vLLM stack
+vllm:
+	scripts/setup_vllm_venv.sh
 
 llama:
 	scripts/build_llama_cpp.sh

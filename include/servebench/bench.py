@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from servebench.config import LoadPoint, LoadPoints, SweepSpec, TargetSpec, VariantSpec
+from servebench.config import LoadPoint, LoadPoints, SweepSpec, TargetSpec, VariantSpec, Workload
 from servebench.cost import cost_fields
 from servebench.errors import LaunchError
 from servebench.evals.runner import EvalOutcome, run_golden_set
@@ -28,6 +28,8 @@ from servebench.metrics import (
     ValidityChecks,
     client_saturated_reason,
     compute_cell_metrics,
+    expected_prefix_cache_share,
+    prefix_cache_reuse_reason,
     timing_unresolved_reason,
 )
 from servebench.provenance import file_sha256
@@ -35,8 +37,14 @@ from servebench.provision.interface import Endpoint, Provisioner
 from servebench.settings import Settings
 from servebench.stacks.adapter import StackAdapter, get_stack
 from servebench.telemetry import cell_prefix_cache_hit_rate, deltas, scrape
-from servebench.tokenize import FileTokenizer, ServerTokenizer, Tokenizer
-from servebench.workloads import build_prompts
+from servebench.tokenize import (
+    FileTokenizer,
+    ServerTokenizer,
+    Tokenizer,
+    local_tokenizer_file,
+    tokenizer_problem,
+)
+from servebench.workloads import PromptItem, build_prompts, prompt_key
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
@@ -52,6 +60,16 @@ class VariantResult:
     requests: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
     unit: dict = field(default_factory=dict)  # the ``units`` row: where, phase times
+
+
+@dataclass
+class CellPrompts:
+    """A cell's own prompts: its warm-up's (drawn apart, so they warm none of the measured
+    ones), its measured ones, and how to draw an ``auto`` re-run's (``rebuild(k)``)."""
+
+    warmup: list[PromptItem]
+    measured: list[PromptItem]
+    rebuild: Callable[[int], list[PromptItem]]
 
 
 EXIT_GRACE_S = 2.0  # a server unreachable from its own tokenizer: how long to wait for its exit
@@ -115,9 +133,11 @@ class VariantRunner:
         settings: Settings,
         provisioner: Provisioner,
         on_cell: Callable[[dict], None] | None = None,
+        repetition: int = 0,
     ):
         self.spec, self.target, self.variant = spec, target, variant
         self.on_cell = on_cell  # told of each cell row as it is made (progress bars)
+        self.repetition = repetition  # a release gate's: each draws prompts of its own
         self.run_id, self.settings, self.provisioner = run_id, settings, provisioner
         self.adapter: StackAdapter = get_stack(target.stack)
         self.hardware = provisioner.hardware(target)
@@ -210,14 +230,18 @@ class VariantRunner:
         return f"the server had died: {_first(died)}" if died else f"workload build failed: {exc}"
 
     def _tokenizer(self, endpoint: Endpoint) -> Tokenizer:
-        if self.adapter.tokenize_path:  # the server's own tokenizer is the ground truth
-            return ServerTokenizer(endpoint.base_url, path=self.adapter.tokenize_path,
-                                   headers=endpoint.headers)
-        local = self.settings.resolve(self.variant.model)
-        if not (local / "tokenizer.json").is_file():
-            raise ValueError(f"no tokenizer: {self.target.stack} has no tokenize endpoint and "
-                             f"{local} has no tokenizer.json")
-        return FileTokenizer(local)
+        """The server's own tokenizer where the stack has one (the ground truth), else the
+        checkpoint's on this worker (``servebench.tokenize``; the plan checked it is here)."""
+        if self.adapter.tokenize_api is not None:
+            return ServerTokenizer(endpoint.base_url, self.adapter.tokenize_api,
+                                   model=endpoint.served_model, headers=endpoint.headers)
+        source = self.variant.tokenizer or self.variant.model
+        path = local_tokenizer_file(source, self.settings.project_root, self.variant.revision)
+        if path is None:
+            raise ValueError(tokenizer_problem(self.target.stack, None, source,
+                                               self.settings.project_root,
+                                               self.variant.revision))
+        return FileTokenizer(path)
 
     def _run_on(self, endpoint: Endpoint) -> None:
         t0 = time.monotonic()
@@ -251,14 +275,6 @@ class VariantRunner:
             self._failed_cells(self._build_failure(exc), endpoint.argv)
             tokenizer = None
         for workload in self.spec.workloads if tokenizer else []:
-            try:
-                prompts = build_prompts(workload, tokenizer, self.spec.sampling.seed,
-                                        root=self.settings.project_root)
-            except Exception as exc:  # this workload's cells record why; the log keeps the rest
-                log.exception("workload %s could not be built for %s", workload.name,
-                              self.variant.name)
-                self._failed_cells(self._build_failure(exc), endpoint.argv, [workload])
-                continue
             for point in self.spec.load.points():
                 died = self._server_died()
                 if died:  # nothing more can be measured on a dead port
@@ -267,7 +283,16 @@ class VariantRunner:
                     self._add_cell(row)
                     continue
                 try:
-                    self._run_cell(endpoint, workload.name, point, prompts)
+                    cell = self._cell_prompts(workload, point, tokenizer)
+                except Exception as exc:  # this cell records why; the log keeps the rest
+                    log.exception("workload %s could not be built for %s", workload.name,
+                                  self.variant.name)
+                    row = self._base_row(workload.name, point, endpoint.argv)
+                    row.update(status="failed", reason=self._build_failure(exc))
+                    self._add_cell(row)
+                    continue
+                try:
+                    self._run_cell(endpoint, workload.name, point, cell)
                 except Exception as exc:  # one broken cell must not lose the others
                     log.exception("cell %s/%s/%s failed", self.variant.name, workload.name,
                                   point.label)
@@ -284,28 +309,55 @@ class VariantRunner:
                                    row.get("reason")])))
                     log.error("server of %s died: %s", self.variant.name, died)
 
-    def _run_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
-                  prompts) -> None:
+    def _cell_prompts(self, workload: Workload, point: LoadPoint,
+                      tokenizer: Tokenizer) -> CellPrompts:
+        """The cell's own prompts (``workloads.prompt_key``): its warm-up's, its measured
+        ones', and a builder for an ``auto`` re-run's."""
+        seed, root = self.spec.sampling.seed, self.settings.project_root
+
+        def build(rerun: int) -> list[PromptItem]:
+            key = prompt_key(seed, workload.name, point.label, repetition=self.repetition,
+                             rerun=rerun)
+            return build_prompts(workload, tokenizer, seed, root, key=key)
+
         warmup = self.spec.load.warmup_requests
-        items = prompts[:warmup] + prompts  # warm-up reuses the first prompts
+        warm = build_prompts(workload, tokenizer, seed, root, count=warmup, key=prompt_key(
+            seed, workload.name, point.label, repetition=self.repetition, warmup=True)) \
+            if warmup else []
+        return CellPrompts(warm, build(0), build)
+
+    def _run_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
+                  prompts: CellPrompts) -> None:
+        warmup = len(prompts.warmup)
         exact = self.adapter.forces_length(self.variant)
-        bodies = [
-            {**self.adapter.chat_body(
-                served_model=endpoint.served_model, messages=p.messages,
-                sampling=self.spec.sampling, max_tokens=p.output_tokens, force_length=exact,
-                variant=self.variant,
-            ), **self.variant.request_overrides}
-            for p in items
-        ]
+
+        def bodies(items: list[PromptItem]) -> list[dict]:
+            return [
+                {**self.adapter.chat_body(
+                    served_model=endpoint.served_model, messages=p.messages,
+                    sampling=self.spec.sampling, max_tokens=p.output_tokens, force_length=exact,
+                    variant=self.variant,
+                ), **self.variant.request_overrides}
+                for p in items
+            ]
+
+        sent = {"rerun": 0, "items": prompts.warmup + prompts.measured}
+
+        def rerun_bodies(rerun: int) -> list[dict]:  # a re-run measures prompts of its own
+            sent.update(rerun=rerun, items=prompts.warmup + prompts.rebuild(rerun))
+            return bodies(sent["items"])
+
         cid = cell_id(self.target.name, self.variant.name, workload_name, point)
         load_spec = load_spec_for(point, self.spec.load)
         before = scrape(endpoint.base_url, endpoint.metrics_path, headers=endpoint.headers)
         load = run_load_sync(
-            endpoint.base_url, endpoint.chat_path, bodies, load_spec, warmup=warmup,
-            cell_id=cid, timeout_s=self.spec.load.request_timeout_s, headers=endpoint.headers,
-            prompt_tokens_requested=[p.input_tokens for p in items],
-            processes=self.spec.load.client_processes,
+            endpoint.base_url, endpoint.chat_path, bodies(sent["items"]), load_spec,
+            warmup=warmup, cell_id=cid, timeout_s=self.spec.load.request_timeout_s,
+            headers=endpoint.headers,
+            prompt_tokens_requested=[p.input_tokens for p in sent["items"]],
+            processes=self.spec.load.client_processes, rerun_bodies=rerun_bodies,
         )
+        items = sent["items"]
         for processes, send_lag, loop_lag in load.scale_attempts:
             log.info("cell %s: re-run with more client processes: %d lagged (send lag p99 "
                      "%.1f ms, event-loop lag p95 %.1f ms)", cid, processes, send_lag, loop_lag)
@@ -328,11 +380,21 @@ class VariantRunner:
                 chunk_rel_tolerance=0.1 if self.adapter.forced_tokens_stream_as_text else None,
             ),
         )
+        # the prompts' validity: the cache the server used is the one the workload implies
+        hit_rate = cell_prefix_cache_hit_rate(
+            server_delta, self.adapter.prefix_cache_counters, load.all_records())
+        expected_share = expected_prefix_cache_share(
+            [(rec.prompt_tokens, item.input_tokens, item.shared_tokens)
+             for item, rec in zip(items, load.all_records(), strict=True) if rec.ok])
         # the measurement's own validity (metrics.py): the client kept up, timing was observed
         reasons = [*cell.invalid_reasons, *filter(None, [
             client_saturated_reason(load.send_lag.p99_ms, load.loop_lag.p95_ms),
-            timing_unresolved_reason(load.records)])]
+            timing_unresolved_reason(load.records),
+            prefix_cache_reuse_reason(hit_rate, expected_share)])]
         row = self._base_row(workload_name, point, endpoint.argv)
+        if hit_rate is None:  # said in the cell: its prompts' reuse could not be judged
+            row["engine_notes"] = "; ".join(filter(None, [
+                row["engine_notes"], "no prefix-cache hit rate reported: prompt reuse unchecked"]))
         # every metric is a column (a new one the schema lacks fails the run loudly, in
         # rows_to_table); validity is carried by status and reason, set below
         row.update({k: v for k, v in cell.as_row().items()
@@ -341,10 +403,12 @@ class VariantRunner:
         row.update(
             status="failed" if failed else ("invalid" if reasons else "ok"),
             reason="; ".join(reasons) or None,
-            output_tokens_requested=prompts[0].output_tokens,
+            output_tokens_requested=items[-1].output_tokens,
             length_control=length_control(exact),
-            prefix_cache_hit_rate=cell_prefix_cache_hit_rate(
-                server_delta, self.adapter.prefix_cache_counters, load.records),
+            prompt_key=prompt_key(self.spec.sampling.seed, workload_name, point.label,
+                                  repetition=self.repetition, rerun=sent["rerun"]),
+            prefix_cache_hit_rate=hit_rate,
+            prefix_cache_expected=expected_share,
             client_send_lag_ms_p99=load.send_lag.p99_ms,  # the two statistics the
             client_loop_lag_ms_p95=load.loop_lag.p95_ms,  # client_saturated rule reads
             client_loop_lag_ms_p99=load.loop_lag.p99_ms,

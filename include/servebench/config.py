@@ -255,6 +255,10 @@ class VariantOptions(_Strict):
     max_num_seqs: int = Field(4, gt=0, description="concurrent sequences (llama.cpp -np)")
     max_model_len: int = Field(4096, gt=0, description="context length the server allocates")
     prefix_caching: bool = Field(True, description="the engine's prefix (prompt) cache")
+    tokenizer: str | None = Field(
+        None, description="where prompts are cut to exact token counts for a stack without a "
+        "tokenize endpoint (a hosted API, TGI, TensorRT-LLM): a folder with tokenizer.json or a "
+        "hub id in this worker's Hugging Face cache; default: the model's")
     extra_args: list[str] = Field(default_factory=list,
                                   description="appended to the server command line")
     request_overrides: dict = Field(
@@ -266,7 +270,7 @@ class VariantOptions(_Strict):
 
 
 class ThreadsOption(BaseModel):
-    """CPU stacks (llama_cpp, transformers)."""
+    """CPU stacks (llama_cpp, transformers, vLLM's CPU build)."""
 
     threads: int | None = Field(
         None, gt=0, description="CPU threads the engine may use (None: its default); on a "
@@ -306,6 +310,10 @@ class LocalProvision(_Strict):
     and stopped after it (the teardown task stops any that a crash left)."""
 
     kind: Literal["local"]
+    health_timeout_s: float | None = Field(
+        None, gt=0, description="how long a variant's server may take to answer its health "
+        "check (weights loaded, kernels compiled); default: the setting "
+        "SERVEBENCH_HEALTH_TIMEOUT_S (300)")
 
 
 class StaticProvision(_Strict):

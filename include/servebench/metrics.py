@@ -58,6 +58,20 @@ runner adds them to a cell's reasons):
   saturation and shows in the latencies as what it is) above ``CLIENT_LAG_BOUND_MS``. The cells table stores exactly these two statistics;
 * ``timing_unresolved``: more than half of the successful multi-chunk responses arrived in a
   single read, so TPOT/ITL were inferred (0), not observed.
+
+Validity of the prompts (``prefix_cache_reuse_reason``): a cell measures the cache its workload
+implies, not one an earlier cell warmed.
+
+* **expected prefix-cache share** (``expected_prefix_cache_share``) = (sum over the cell's
+  requests of the tokens the workload shares with an earlier request of the cell -- a
+  shared-prefix group's prefix after its first request, a conversation's history, nothing for
+  independent prompts -- plus the chat template's tokens, ``prompt_tokens`` minus the content
+  built) / sum of ``prompt_tokens``; over every request the cell sent, warm-up included, as the
+  server's counters count them;
+* ``prefix_cache_reuse``: the measured hit rate (``telemetry.cell_prefix_cache_hit_rate``) is
+  above the expected share by more than ``PREFIX_CACHE_TOLERANCE`` -- the server answered
+  prompts from a cache that something other than the workload filled. A stack that reports no
+  hit rate is not judged (the cell's ``engine_notes`` say so).
 """
 
 from __future__ import annotations
@@ -364,3 +378,30 @@ def timing_unresolved_reason(records: Sequence[RequestRecord]) -> str | None:
         return (f"timing_unresolved: {coalesced}/{len(multi)} responses arrived in a single "
                 "read, so per-token timing was not observed")
     return None
+
+
+# how far above its workload's expected share a cell's measured prefix-cache hit rate may lie:
+# a few tokens a random prompt happens to share with the one before it (the same leading digit)
+PREFIX_CACHE_TOLERANCE = 0.05
+
+
+def expected_prefix_cache_share(requests: Sequence[tuple[int | None, int, int]]) -> float | None:
+    """The share of a cell's prompt tokens a prefix cache may serve, from ``(prompt_tokens,
+    content_tokens, shared_tokens)`` per request sent (module docstring); ``prompt_tokens``
+    None (no usage): the content alone. None for no requests."""
+    servable = total = 0
+    for prompt, content, shared in requests:
+        prompt = content if prompt is None else prompt
+        servable += min(prompt, shared + max(0, prompt - content))
+        total += prompt
+    return servable / total if total > 0 else None
+
+
+def prefix_cache_reuse_reason(measured: float | None, expected: float | None,
+                              tolerance: float = PREFIX_CACHE_TOLERANCE) -> str | None:
+    """The ``prefix_cache_reuse`` rule (None: the hit rate is what the workload implies, or
+    nothing to judge)."""
+    if measured is None or expected is None or measured <= expected + tolerance:
+        return None
+    return (f"prefix_cache_reuse: hit rate {measured:.2f} > {expected:.2f} the workload implies "
+            f"(+{tolerance:.2f} tolerance): the server had cached prompts this cell sent")

@@ -36,6 +36,7 @@ from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore, encode_run_id
 from servebench.settings import Settings, get_settings
 from servebench.stacks.adapter import get_stack
+from servebench.tokenize import tokenizer_problem
 from servebench.workloads import TEMPLATE_OVERHEAD_MAX, max_sequence_tokens
 
 if TYPE_CHECKING:
@@ -125,6 +126,12 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
                     f"exact output lengths ({adapter.natural_length_reason}): its perf cells run "
                     "at natural length (length_control natural), compared only with their own "
                     "history")
+            problem = tokenizer_problem(target.stack, adapter.tokenize_api,
+                                        variant.tokenizer or variant.model,
+                                        settings.project_root, variant.revision)
+            if problem:
+                problems.append(f"{where}.variants[{v_idx}](name={variant.name}).tokenizer: "
+                                f"{problem}")
             outside = adapter.image_problem(variant.image) if variant.image else None
             if outside:  # it may well run; what it does with our flags is unchecked
                 warnings.append(f"{where}.variants[{v_idx}](name={variant.name}).image: "

@@ -112,7 +112,7 @@ def run_repetitions(spec: SweepSpec, params: ReleaseGateParams, run_id: str,
         for variant in ((base, cand) if rep % 2 == 0 else (cand, base)):
             log.info("release gate: repetition %d, %s", rep + 1, variant.name)
             result = VariantRunner(spec, target, variant, run_id=run_id, settings=settings,
-                                   provisioner=provisioner).run()
+                                   provisioner=provisioner, repetition=rep).run()
             cells += [{**c, "repetition": rep} for c in result.cells]
             if rep == 0:  # greedy answers: one golden set per variant decides quality
                 evals += result.evals

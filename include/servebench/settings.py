@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     stacks_venv: Path = Field(
         PROJECT_ROOT / ".venv-stacks", description="venv with transformers serve (CPU torch)"
     )
+    vllm_venv: Path = Field(
+        PROJECT_ROOT / ".venv-vllm", description="venv whose vLLM the local provisioner runs: "
+        "the CPU build `make setup` installs, or a GPU worker's with `pip install vllm`")
     slack_channel: str = Field("#servebench", description="channel for the digest")
     slack_conn_id: str = Field("slack_api_default", description="Airflow Slack connection")
     airflow_url: str | None = Field(

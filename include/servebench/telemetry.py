@@ -77,8 +77,9 @@ def prefix_cache_hit_rate(delta: dict[str, float],
 
 
 def prefix_cache_hit_rate_from_usage(records: Iterable[RequestRecord]) -> float | None:
-    """The same rate from the responses' usage: None unless some response reported cached
-    tokens; once one did, a response without the field counts 0 (vLLM omits it when 0)."""
+    """The same rate from the responses' usage (pass every request the cell sent, warm-up
+    included, as the counters count): None unless some response reported cached tokens; once
+    one did, a response without the field counts 0 (vLLM omits it when 0)."""
     cached = prompt = 0
     reported = False
     for rec in records:
@@ -94,8 +95,8 @@ def prefix_cache_hit_rate_from_usage(records: Iterable[RequestRecord]) -> float 
 def cell_prefix_cache_hit_rate(delta: dict[str, float],
                                counters: Iterable[PrefixCacheCounters],
                                records: Iterable[RequestRecord]) -> float | None:
-    """A cell's prefix-cache hit rate (the module doc): the server's counters where it exports
-    them, else the responses' usage."""
+    """A cell's prefix-cache hit rate (the module doc) over every request it sent, warm-up
+    included: the server's counters where it exports them, else the responses' usage."""
     rate = prefix_cache_hit_rate(delta, counters)
     return rate if rate is not None else prefix_cache_hit_rate_from_usage(records)
 

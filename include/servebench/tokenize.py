@@ -1,11 +1,16 @@
 """Tokenizers used to build prompts of exact token lengths.
 
-The server's own ``/tokenize`` endpoint where the stack has one (llama.cpp), otherwise the
-checkpoint's ``tokenizer.json`` through Hugging Face ``tokenizers`` (no torch needed).
+The serving engine's own tokenizer endpoints where the stack has them (llama.cpp, vLLM,
+SGLang: :class:`TokenizeApi`, one per dialect), otherwise the checkpoint's ``tokenizer.json``
+through Hugging Face ``tokenizers`` (no torch needed) where it really is on the worker: a local
+model folder, or the Hugging Face cache (:func:`local_tokenizer_file`). Which one a variant
+will use is decided at plan time (:func:`tokenizer_problem`), so a target without any fails
+there, named, instead of every cell failing at run time.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -36,26 +41,79 @@ class FileTokenizer:
         return self._tok.decode(ids, skip_special_tokens=False)
 
 
-class ServerTokenizer:
-    """llama.cpp's ``POST /tokenize`` and ``POST /detokenize``."""
+@dataclass(frozen=True)
+class TokenizeApi:
+    """A server's tokenize/detokenize endpoints in its own dialect (fields of the request and
+    of the answer); ``send_model``: the request names the served model (vLLM, SGLang)."""
 
-    def __init__(self, base_url: str, *, path: str = "/tokenize", headers: dict | None = None,
-                 timeout_s: float = 30.0):
+    tokenize_path: str
+    detokenize_path: str
+    text_field: str  # the text to tokenize
+    special_field: str  # whether special tokens (BOS) are added: always False here
+    detokenized_field: str  # the text in the detokenize answer
+    send_model: bool = False
+
+
+# llama.cpp tools/server: {"content", "add_special"} -> {"tokens"}; {"tokens"} -> {"content"}
+LLAMA_CPP_TOKENIZE = TokenizeApi("/tokenize", "/detokenize", "content", "add_special", "content")
+# vLLM entrypoints/serve/tokenize: {"model", "prompt", "add_special_tokens"} -> {"tokens"};
+# {"model", "tokens"} -> {"prompt"}
+VLLM_TOKENIZE = TokenizeApi("/tokenize", "/detokenize", "prompt", "add_special_tokens",
+                            "prompt", send_model=True)
+# SGLang entrypoints/openai/serving_tokenize: vLLM's request, {"text"} from /v1/detokenize
+SGLANG_TOKENIZE = TokenizeApi("/v1/tokenize", "/v1/detokenize", "prompt", "add_special_tokens",
+                              "text", send_model=True)
+
+
+class ServerTokenizer:
+    """A serving engine's own tokenizer, over its :class:`TokenizeApi`."""
+
+    def __init__(self, base_url: str, api: TokenizeApi = LLAMA_CPP_TOKENIZE, *,
+                 model: str | None = None, headers: dict | None = None, timeout_s: float = 30.0):
         self._client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
-        self._path = path
+        self._api = api
+        self._model = {"model": model} if api.send_model and model else {}
 
     def encode(self, text: str) -> list[int]:
-        resp = self._client.post(self._path, json={"content": text, "add_special": False})
+        resp = self._client.post(self._api.tokenize_path, json={
+            **self._model, self._api.text_field: text, self._api.special_field: False})
         resp.raise_for_status()
         return resp.json()["tokens"]
 
     def decode(self, ids: list[int]) -> str:
-        resp = self._client.post("/detokenize", json={"tokens": ids})
+        resp = self._client.post(self._api.detokenize_path, json={**self._model, "tokens": ids})
         resp.raise_for_status()
-        return resp.json()["content"]
+        return resp.json()[self._api.detokenized_field]
 
     def close(self) -> None:
         self._client.close()
+
+
+def local_tokenizer_file(model: str, project_root: Path, revision: str | None = None
+                         ) -> Path | None:
+    """The ``tokenizer.json`` of ``model`` on this machine: a model folder (absolute or
+    project-relative), else the Hugging Face cache's copy of the hub id (no download)."""
+    folder = Path(model) if Path(model).is_absolute() else project_root / model
+    if (folder / "tokenizer.json").is_file():
+        return folder / "tokenizer.json"
+    if folder.exists() or model.count("/") != 1:
+        return None
+    from huggingface_hub import try_to_load_from_cache
+
+    cached = try_to_load_from_cache(model, "tokenizer.json", revision=revision)
+    return Path(cached) if isinstance(cached, str) else None
+
+
+def tokenizer_problem(stack: str, api: TokenizeApi | None, model: str, project_root: Path,
+                      revision: str | None = None) -> str | None:
+    """Why prompts for ``model`` on ``stack`` could not be cut to exact lengths (None: the
+    server's own tokenizer will, or the checkpoint's is on this machine)."""
+    if api is not None or local_tokenizer_file(model, project_root, revision) is not None:
+        return None
+    return (f"no tokenizer to build prompts of exact lengths: {stack} has no tokenize "
+            f"endpoint and {model!r} is neither a folder with tokenizer.json nor a hub id in "
+            "this worker's Hugging Face cache (set the variant's tokenizer to one, or put the "
+            "model's there: `hf download REPO tokenizer.json`)")
 
 
 def text_of_length(tokenizer: Tokenizer, source: str, n_tokens: int) -> str:

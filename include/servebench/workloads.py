@@ -2,7 +2,16 @@
 
 Prompts are made of seeded random arithmetic text (in the local model's domain, so servers
 see realistic token statistics) cut to exact token counts with the serving stack's tokenizer.
-The same seed gives the same prompts for every stack and every night.
+
+Prompts belong to their cell: the text is seeded by the cell's *prompt key* (:func:`prompt_key`:
+the sampling seed, the workload, the load point, the release-gate repetition, the re-run and
+``warmup`` for a cell's warm-up), so no cell re-sends another cell's prompts to a server that
+has cached them, and the same key gives the same prompts for every stack and every night. The
+lengths (a ``chat_lengths`` draw) are seeded by the workload alone: every cell of a workload
+sends the same lengths. Each :class:`PromptItem` says how many of its tokens the workload means
+to share with an earlier prompt of its cell (``shared_tokens``): a shared-prefix group's prefix,
+a conversation's history, nothing else -- what ``metrics.prefix_cache_reuse_reason`` holds a
+cell's measured prefix-cache hit rate to.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ class PromptItem:
     messages: list[dict]
     input_tokens: int  # tokens of the message content, as built
     output_tokens: int  # exact output length requested
+    # content tokens at its start that an earlier prompt of the same cell sent too (the
+    # shared-prefix group's prefix, the conversation's history): what a prefix cache may serve
+    shared_tokens: int = 0
 
     @property
     def template_slack(self) -> int:
@@ -94,15 +106,31 @@ def load_length_table(path: str | Path) -> list[tuple[int, int]]:
     return rows
 
 
+def prompt_key(seed: int, workload: str, load_point: str, *, repetition: int = 0,
+               rerun: int = 0, warmup: bool = False) -> str:
+    """The key a cell's prompts are drawn from (stored with the cell as ``prompt_key``):
+    deterministic, so a night can be reproduced, and different for every cell, release-gate
+    repetition, re-run and warm-up, so none re-sends another's prompts."""
+    key = f"{seed}:{workload}:{load_point}:r{repetition}"
+    if rerun:
+        key += f":rerun{rerun}"
+    return key + (":warmup" if warmup else "")
+
+
 def build_prompts(workload: Workload, tokenizer: Tokenizer, seed: int,
-                  root: Path | None = None) -> list[PromptItem]:
-    """The prompts of a workload, deterministic in ``seed``; ``root`` resolves dataset paths."""
-    rng = random.Random(f"{seed}:{workload.name}")
+                  root: Path | None = None, *, key: str | None = None,
+                  count: int | None = None) -> list[PromptItem]:
+    """The prompts of a workload: lengths deterministic in ``seed``, text in ``key`` (a cell's
+    :func:`prompt_key`; default: the seed alone); ``root`` resolves dataset paths; ``count``
+    builds only the first that many (a warm-up)."""
+    lengths_rng = random.Random(f"{seed}:{workload.name}")
+    rng = random.Random(key if key is not None else f"{seed}:{workload.name}")
+    n_items = workload_requests(workload) if count is None else count
     if isinstance(workload, ChatLengthsWorkload):
         table = load_length_table((root or Path.cwd()) / workload.dataset)
         items = []
-        for _ in range(workload.num_requests):
-            n_in, n_out = rng.choice(table)
+        for _ in range(n_items):
+            n_in, n_out = lengths_rng.choice(table)
             n_in = min(n_in, workload.max_input_tokens or n_in)
             n_out = min(n_out, workload.max_output_tokens or n_out)
             n_in = max(n_in, 8)  # room for the closing question
@@ -110,35 +138,46 @@ def build_prompts(workload: Workload, tokenizer: Tokenizer, seed: int,
             items.append(PromptItem(_user(text), n_in, n_out))
         return items
     if isinstance(workload, MultiTurnWorkload):
-        return _multi_turn(workload, tokenizer, rng)
+        return _multi_turn(workload, tokenizer, rng)[:n_items]
     if isinstance(workload, FixedWorkload):
         n = workload.input_tokens
         return [
             PromptItem(_user(_ending_in_question(tokenizer, _filler(rng, n), _question(rng), n)),
                        n, workload.output_tokens)
-            for _ in range(workload.num_requests)
+            for _ in range(n_items)
         ]
+    groups = min(workload.num_prefixes, n_items)
     prefixes = [
         text_of_length(tokenizer, _filler(rng, workload.prefix_tokens), workload.prefix_tokens)
-        for _ in range(workload.num_prefixes)
+        for _ in range(groups)
     ]
     total = workload.prefix_tokens + workload.suffix_tokens
     items = []
-    for i in range(workload.num_requests):
+    for i in range(n_items):
         prefix = prefixes[i % workload.num_prefixes]
         # cut as one text so the count is exact across the seam; the prefix must survive whole
         head = prefix + " " + _filler(rng, workload.suffix_tokens)
         text = _ending_in_question(tokenizer, head, _question(rng), total)
         if not text.startswith(prefix):
             raise ValueError(f"workload {workload.name}: prefix changed when cut to {total} tokens")
-        items.append(PromptItem(_user(text), total, workload.output_tokens))
+        # the first of each group is the one that puts its prefix in a cache
+        shared = workload.prefix_tokens if i >= workload.num_prefixes else 0
+        items.append(PromptItem(_user(text), total, workload.output_tokens, shared))
     return items
+
+
+def workload_requests(workload: Workload) -> int:
+    """How many prompts one pass of a workload sends."""
+    if isinstance(workload, MultiTurnWorkload):
+        return workload.num_conversations * workload.turns
+    return workload.num_requests
 
 
 def _multi_turn(workload: MultiTurnWorkload, tokenizer: Tokenizer,
                 rng: random.Random) -> list[PromptItem]:
     """Turn-major order (every conversation's turn 1, then turn 2, ...) so that a closed loop
-    sends a conversation's next turn after its previous one, as a user would."""
+    sends a conversation's next turn after its previous one, as a user would. A turn shares
+    its conversation's history (every earlier message) with the turn before it."""
     n, k_out = workload.turn_input_tokens, workload.output_tokens
     conversations = []
     for _ in range(workload.num_conversations):
@@ -146,8 +185,8 @@ def _multi_turn(workload: MultiTurnWorkload, tokenizer: Tokenizer,
         for _ in range(workload.turns):
             user = _ending_in_question(tokenizer, _filler(rng, n), _question(rng), n)
             history = history + [{"role": "user", "content": user}]
+            turns.append(PromptItem(list(history), tokens + n, k_out, shared_tokens=tokens))
             tokens += n
-            turns.append(PromptItem(list(history), tokens, k_out))
             # the assistant's reply stands in for what the server said (same length asked)
             reply = text_of_length(tokenizer, _filler(rng, k_out), k_out)
             history = history + [{"role": "assistant", "content": reply}]

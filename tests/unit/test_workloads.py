@@ -90,3 +90,47 @@ def test_multi_turn_history_grows_turn_by_turn(tok):
     first, second = items[0].messages, items[2].messages
     assert second[:1] == first and second[1]["role"] == "assistant"
     assert items[4].template_slack >= 8 * 5
+
+
+def test_each_cell_key_draws_prompts_of_its_own_with_the_same_lengths(tok, tmp_path):
+    from servebench.config import ChatLengthsWorkload
+    from servebench.workloads import prompt_key
+
+    w = FixedWorkload(kind="fixed", name="f", input_tokens=32, output_tokens=4, num_requests=6)
+    keys = [prompt_key(5, "f", "c1"), prompt_key(5, "f", "c4"),
+            prompt_key(5, "f", "c1", repetition=1), prompt_key(5, "f", "c1", rerun=1),
+            prompt_key(5, "f", "c1", warmup=True)]
+    assert len(set(keys)) == len(keys)
+    texts = [{i.messages[0]["content"] for i in build_prompts(w, tok, 5, key=k)} for k in keys]
+    for a in range(len(texts)):  # no cell re-sends a prompt of another
+        for b in range(a + 1, len(texts)):
+            assert not texts[a] & texts[b]
+    # deterministic in the key: a night can be reproduced
+    assert build_prompts(w, tok, 5, key=keys[1]) == build_prompts(w, tok, 5, key=keys[1])
+    assert len(build_prompts(w, tok, 5, key=keys[4], count=2)) == 2
+    # a length table's draws are the workload's, the same in every cell
+    (tmp_path / "lengths.jsonl").write_text(
+        "".join(f'{{"input_tokens": {n}, "output_tokens": {n // 4}}}\n' for n in (20, 40, 60)))
+    c = ChatLengthsWorkload(kind="chat_lengths", name="c", dataset="lengths.jsonl",
+                            num_requests=8)
+    one, other = (build_prompts(c, tok, 5, tmp_path, key=k) for k in keys[:2])
+    assert [(i.input_tokens, i.output_tokens) for i in one] == \
+        [(i.input_tokens, i.output_tokens) for i in other]
+    assert [i.messages for i in one] != [i.messages for i in other]
+
+
+def test_shared_tokens_are_what_the_workload_declares(tok):
+    from servebench.config import MultiTurnWorkload
+
+    fixed = FixedWorkload(kind="fixed", name="f", input_tokens=32, output_tokens=4,
+                          num_requests=4)
+    assert [i.shared_tokens for i in build_prompts(fixed, tok, 1)] == [0, 0, 0, 0]
+    shared = SharedPrefixWorkload(kind="shared_prefix", name="s", prefix_tokens=96,
+                                  suffix_tokens=16, num_prefixes=2, output_tokens=4,
+                                  num_requests=6)
+    # the first of each group puts its prefix in the cache; the rest may be served from it
+    assert [i.shared_tokens for i in build_prompts(shared, tok, 1)] == [0, 0, 96, 96, 96, 96]
+    multi = MultiTurnWorkload(kind="multi_turn", name="m", num_conversations=2, turns=3,
+                              turn_input_tokens=20, output_tokens=6)
+    # turn k shares its conversation's history: every earlier user and assistant message
+    assert [i.shared_tokens for i in build_prompts(multi, tok, 1)] == [0, 0, 26, 26, 52, 52]

@@ -322,8 +322,10 @@ def run_load_sync(base_url: str, path: str, bodies: Sequence[dict[str, Any]], sp
                   *, processes: int | str = 1, max_processes: int | None = None,
                   use_uvloop: bool = True, **kwargs: Any) -> LoadResult:
     """Blocking :func:`run_load` for sync callers (Airflow tasks), in this process or, with
-    ``processes`` N or ``"auto"``, over client processes (:func:`.multiproc.run_scaled`)."""
+    ``processes`` N or ``"auto"``, over client processes (:func:`.multiproc.run_scaled`, which
+    takes ``rerun_bodies``: the bodies of an ``auto`` re-run)."""
     if processes == 1:
+        kwargs.pop("rerun_bodies", None)  # one process never re-runs
         return run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
     from servebench.loadgen.multiproc import run_scaled
 

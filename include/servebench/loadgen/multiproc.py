@@ -32,7 +32,7 @@ import math
 import multiprocessing as mp
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -167,11 +167,15 @@ def run_load_multiprocess(base_url: str, path: str, bodies: Sequence[dict[str, A
 
 def run_scaled(base_url: str, path: str, bodies: Sequence[dict[str, Any]], spec: LoadSpec, *,
                processes: int | str, max_processes: int | None = None,
-               use_uvloop: bool = True, **kwargs: Any) -> LoadResult:
+               use_uvloop: bool = True,
+               rerun_bodies: Callable[[int], Sequence[dict[str, Any]]] | None = None,
+               **kwargs: Any) -> LoadResult:
     """The load over ``processes`` client processes: N, or ``"auto"`` -- start with one and,
     while the result is ``client_saturated``, re-run it with twice as many, up to
     ``max_processes`` (default: the CPU count; never more than the load's concurrency); the
-    re-runs are listed in ``scale_attempts``."""
+    re-runs are listed in ``scale_attempts``. ``rerun_bodies(k)`` gives the k-th re-run bodies
+    of its own (a server that cached the first run's prompts would answer the same ones
+    faster); without it a re-run sends ``bodies`` again."""
     if processes != "auto":
         if int(processes) > 1:
             return run_load_multiprocess(base_url, path, bodies, spec, processes=int(processes),
@@ -190,3 +194,5 @@ def run_scaled(base_url: str, path: str, bodies: Sequence[dict[str, Any]], spec:
             return res
         attempts.append((n, res.send_lag.p99_ms, res.loop_lag.p95_ms))
         n = min(limit, n * 2)
+        if rerun_bodies is not None:
+            bodies = rerun_bodies(len(attempts))

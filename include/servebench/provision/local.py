@@ -95,13 +95,20 @@ class LocalProvisioner(Provisioner):
         state_dir = Path(state["state_dir"]) if state else cls._state_dir(run_id, settings)
         return cls(state_dir, settings)
 
+    @classmethod
+    def check(cls, target, variant, adapter, settings) -> list[str]:
+        """The adapter's checks, and that its engine is installed here (local_problems)."""
+        return [*adapter.check(variant, settings), *adapter.local_problems(variant, settings)]
+
     def launch(self, name, target, variant, adapter) -> Endpoint:
         port = free_port()
         launch = adapter.local_launch(variant, host="127.0.0.1", port=port,
                                       settings=self.settings)
+        timeout_s = getattr(target.provision, "health_timeout_s", None) \
+            or self.settings.health_timeout_s
         try:
             server = self.start(name, launch.argv, port=port, health_path=launch.health_path,
-                                env=launch.env, timeout_s=self.settings.health_timeout_s)
+                                env=launch.env, timeout_s=timeout_s)
         except LaunchError as exc:
             exc.argv = launch.argv  # the failed rows record what was launched
             raise

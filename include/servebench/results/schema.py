@@ -161,7 +161,9 @@ CELLS = pa.schema(
         # terminate, load and golden set and idle included) spread over its measured seconds
         _f("paid_cost_per_1m_output_tokens", _F64),
         _f("paid_cost_per_1k_successes", _F64),
-        _f("prefix_cache_hit_rate", _F64),
+        _f("prefix_cache_hit_rate", _F64),  # over every request the cell sent, warm-up included
+        _f("prefix_cache_expected", _F64),  # the share its workload implies (metrics.py)
+        _f("prompt_key", _STR),  # what its prompts were drawn from (workloads.prompt_key)
         _f("server_metrics_json", _STR),  # Prometheus deltas over the cell
         _f("client_send_lag_ms_p99", _F64),  # the client's own lag: proof it kept up
         _f("client_loop_lag_ms_p99", _F64),

@@ -20,6 +20,7 @@ from packaging.version import InvalidVersion, Version
 from servebench.config import SamplingSpec, VariantOptions, VariantSpec
 from servebench.provision.interface import Endpoint
 from servebench.settings import Settings
+from servebench.tokenize import TokenizeApi
 
 
 @dataclass(frozen=True)
@@ -81,9 +82,9 @@ class StackAdapter(ABC):
     name: ClassVar[str]
     engine: ClassVar[str]  # what provenance calls it
     chat_path: ClassVar[str] = "/v1/chat/completions"
-    # the server's tokenizer endpoint (llama.cpp's /tokenize), used to cut prompts to exact
-    # token counts; None: the checkpoint's tokenizer.json is used instead
-    tokenize_path: ClassVar[str | None] = None
+    # the server's tokenizer endpoints in its dialect, used to cut prompts to exact token
+    # counts; None: the checkpoint's tokenizer.json on the worker (``servebench.tokenize``)
+    tokenize_api: ClassVar[TokenizeApi | None] = None
     # whether ``chat_body(force_length=True)`` really yields exactly max_tokens tokens
     # what a variant of this stack may set: VariantOptions plus the knob groups it honours
     options: ClassVar[type[VariantOptions]] = VariantOptions
@@ -98,8 +99,9 @@ class StackAdapter(ABC):
     # between the releases in ``checked_versions``, one entry per release, the first present wins
     prefix_cache_counters: ClassVar[tuple[PrefixCacheCounters, ...]] = ()
     # the engine releases (PEP 440) whose own sources the launch flags, request fields and
-    # metric names were checked against (tests/fixtures/engines/); None: not versioned
-    checked_versions: ClassVar[str | None] = None
+    # metric names were checked against (tests/fixtures/engines/; several ranges: any of
+    # them); None: not versioned
+    checked_versions: ClassVar[str | tuple[str, ...] | None] = None
     # GET path where a running server reports its version (read by ``served_version``)
     version_path: ClassVar[str | None] = None
 
@@ -112,6 +114,11 @@ class StackAdapter(ABC):
     @abstractmethod
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
         """Problems that make the variant unrunnable here, found before anything launches."""
+
+    def local_problems(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        """Problems that stop ``variant`` being served on this machine (the local provisioner:
+        the engine is not installed here, or this build cannot run it)."""
+        return []
 
     @abstractmethod
     def local_launch(
@@ -151,12 +158,14 @@ class StackAdapter(ABC):
         inside, or not comparable)."""
         if self.checked_versions is None:
             return None
+        ranges = ((self.checked_versions,) if isinstance(self.checked_versions, str)
+                  else self.checked_versions)
         parsed = parse_engine_version(version)
-        if parsed is None or parsed in SpecifierSet(self.checked_versions):
+        if parsed is None or any(parsed in SpecifierSet(r) for r in ranges):
             return None
         return (f"{self.engine} {version} is outside the releases this adapter's flags, "
                 f"request fields and metric names were checked against "
-                f"({self.checked_versions})")
+                f"({' or '.join(ranges)})")
 
     def image_problem(self, image: str) -> str | None:
         """Why a variant's ``image`` is outside ``checked_versions``, from its tag (None:

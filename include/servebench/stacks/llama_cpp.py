@@ -26,6 +26,7 @@ from servebench.stacks.adapter import (
     chat_request,
     register_stack,
 )
+from servebench.tokenize import LLAMA_CPP_TOKENIZE
 
 GGUF_QUANTS = {
     "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m",
@@ -45,7 +46,7 @@ class LlamaCppStack(StackAdapter):
     options = LlamaCppVariant
     name = "llama_cpp"
     engine = "llama.cpp"
-    tokenize_path = "/tokenize"
+    tokenize_api = LLAMA_CPP_TOKENIZE
     version_path = "/props"  # {"build_info": "b<build>-<commit>", ...}
     # prompt tokens reused from the cache / processed (the cached ones not included)
     prefix_cache_counters = (PrefixCacheCounters(

