@@ -1,15 +1,17 @@
 # The image docker-compose.yaml runs: Airflow 3 with the servebench library, and what the local
 # default sweep (include/sweeps/local.yaml) serves with -- llama-server and the project's GGUFs,
-# and the CPU stacks venv for `transformers serve` -- so `docker compose up` can run the demo.
-# GPU engines (vLLM, SGLang, TGI, TensorRT-LLM) are not here: they run in their own images on the
-# hosts a provision kind (ec2, kubernetes) acquires (README: Provisioning).
+# the CPU stacks venv for `transformers serve` and vLLM's CPU build -- so `docker compose up` can
+# run the demo. GPU builds of the engines (vLLM, SGLang, TGI, TensorRT-LLM) are not here: they run
+# in their own images on the hosts a provision kind (ec2, kubernetes) acquires (README:
+# Provisioning).
 #
-# Three stages, the same scripts `make setup` runs:
+# Four stages, the same scripts `make setup` runs:
 #   llama   llama-server + llama-quantize from the llama-cpp-python sdist (portable: AVX2, not
 #           this build machine's CPU; AMX kernels off, scripts/build_llama_cpp.sh says why)
 #   models  the stacks venv (CPU torch, transformers) and the GGUFs converted from the
 #           committed checkpoint (include/models/adder-3m), each launched once by the script
-#   final   apache/airflow + requirements.txt + the servebench package + both of the above
+#   vllm    vLLM's CPU build venv (requirements-vllm.txt, every package pinned)
+#   final   apache/airflow + requirements.txt + the servebench package + all of the above
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
 
@@ -37,14 +39,24 @@ COPY scripts/build_local_model.py scripts/
 RUN .venv-stacks/bin/python scripts/build_local_model.py \
       --llama-bin /opt/llama/current/build/bin --out build/models
 
+FROM ${PYTHON_IMAGE} AS vllm
+WORKDIR /opt/servebench
+COPY requirements-vllm.txt ./
+# torch 2.13.0+cpu comes from torch's CPU index; everything else from PyPI, pinned, no resolver
+RUN python -m venv .venv-vllm \
+ && .venv-vllm/bin/pip install --no-cache-dir --no-deps \
+      --extra-index-url https://download.pytorch.org/whl/cpu -r requirements-vllm.txt
+
 FROM ${AIRFLOW_IMAGE}
 USER root
-# llama-server's OpenMP runtime
-RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
+# llama-server's OpenMP runtime; vLLM's CPU kernels link libnuma, and torch.compile (vLLM's
+# warm-up) builds C++ with g++
+RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 libnuma1 g++ \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=llama --chown=airflow:root /opt/llama /opt/llama
 COPY --from=models --chown=airflow:root /opt/servebench/.venv-stacks /opt/servebench/.venv-stacks
 COPY --from=models --chown=airflow:root /opt/servebench/build/models /opt/servebench/build/models
+COPY --from=vllm --chown=airflow:root /opt/servebench/.venv-vllm /opt/servebench/.venv-vllm
 USER airflow
 COPY --chown=airflow:root requirements.txt pyproject.toml /opt/servebench/
 COPY --chown=airflow:root include /opt/servebench/include
@@ -52,4 +64,5 @@ RUN pip install --no-cache-dir -r /opt/servebench/requirements.txt \
  && pip install --no-cache-dir --no-deps -e /opt/servebench
 ENV SERVEBENCH_PROJECT_ROOT=/opt/servebench \
     SERVEBENCH_LLAMA_BIN=/opt/llama/current/build/bin \
-    SERVEBENCH_STACKS_VENV=/opt/servebench/.venv-stacks
+    SERVEBENCH_STACKS_VENV=/opt/servebench/.venv-stacks \
+    SERVEBENCH_VLLM_VENV=/opt/servebench/.venv-vllm

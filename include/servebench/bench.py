@@ -36,7 +36,13 @@ from servebench.provenance import file_sha256
 from servebench.provision.interface import Endpoint, Provisioner
 from servebench.settings import Settings
 from servebench.stacks.adapter import StackAdapter, get_stack
-from servebench.telemetry import cell_prefix_cache_hit_rate, deltas, scrape
+from servebench.telemetry import (
+    GaugeSampler,
+    cell_prefix_cache_hit_rate,
+    deltas,
+    engine_telemetry,
+    scrape,
+)
 from servebench.tokenize import (
     FileTokenizer,
     ServerTokenizer,
@@ -350,13 +356,18 @@ class VariantRunner:
         cid = cell_id(self.target.name, self.variant.name, workload_name, point)
         load_spec = load_spec_for(point, self.spec.load)
         before = scrape(endpoint.base_url, endpoint.metrics_path, headers=endpoint.headers)
-        load = run_load_sync(
-            endpoint.base_url, endpoint.chat_path, bodies(sent["items"]), load_spec,
-            warmup=warmup, cell_id=cid, timeout_s=self.spec.load.request_timeout_s,
-            headers=endpoint.headers,
-            prompt_tokens_requested=[p.input_tokens for p in sent["items"]],
-            processes=self.spec.load.client_processes, rerun_bodies=rerun_bodies,
-        )
+        # the scheduler's gauges only where the engine has some
+        sampler = GaugeSampler(endpoint.base_url, endpoint.metrics_path
+                               if self.adapter.engine_gauges.gauges() else None,
+                               headers=endpoint.headers)
+        with sampler:
+            load = run_load_sync(
+                endpoint.base_url, endpoint.chat_path, bodies(sent["items"]), load_spec,
+                warmup=warmup, cell_id=cid, timeout_s=self.spec.load.request_timeout_s,
+                headers=endpoint.headers,
+                prompt_tokens_requested=[p.input_tokens for p in sent["items"]],
+                processes=self.spec.load.client_processes, rerun_bodies=rerun_bodies,
+            )
         items = sent["items"]
         for processes, send_lag, loop_lag in load.scale_attempts:
             log.info("cell %s: re-run with more client processes: %d lagged (send lag p99 "
@@ -413,6 +424,8 @@ class VariantRunner:
             client_loop_lag_ms_p95=load.loop_lag.p95_ms,  # client_saturated rule reads
             client_loop_lag_ms_p99=load.loop_lag.p99_ms,
             server_metrics_json=json.dumps(server_delta) if server_delta else None,
+            **engine_telemetry(self.adapter.engine_gauges, sampler, server_delta,
+                               (load.window_start, load.window_end)),
         )
         row["output_tokens_total"] = sum(r.output_tokens or 0 for r in load.records if r.ok)
         row.update(self._cost(row))

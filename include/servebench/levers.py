@@ -9,7 +9,9 @@ quantity: in a closed-loop cell each worker's rate is its tokens over its mean r
 (Little's law), so a resample's throughput is the cell's scaled by mean E2E over the resample's
 mean E2E, and cost per token moves inversely. An open-loop cell's throughput is set by its
 arrival rate, so it gets no interval there rather than a false one. Beside them, the accuracy
-delta (points) and the quality-gate verdict.
+delta (points), the quality-gate verdict, and what the engine's scheduler did differently
+(``engine_note``: KV-cache and queue peaks, preemptions, prefix-cache hit rate, each only where
+it differs from the baseline's -- what explains a latency change the levers show).
 """
 
 from __future__ import annotations
@@ -25,6 +27,24 @@ from servebench.loadgen.records import RequestRecord
 from servebench.metrics import e2e_s, tpot_s, ttft_s
 
 N_BOOT = 1000
+# telemetry columns the lever rows compare, with how far apart two cells must be to say so
+ENGINE_COLUMNS = (("prefix_cache_hit_rate", "prefix-cache hits", 0.05, "{:.2f}"),
+                  ("kv_cache_usage_peak", "KV peak", 0.05, "{:.0%}"),
+                  ("requests_waiting_peak", "queued peak", 0.5, "{:.0f}"),
+                  ("preemptions", "preemptions", 0.5, "{:.0f}"))
+
+
+def engine_note(cell: dict, base: dict) -> str | None:
+    """``KV peak 64% vs 21%; queued peak 3 vs 0``: the scheduler telemetry where the cell
+    differs from its baseline's (None: nowhere, or no telemetry)."""
+    parts = []
+    for column, label, apart, fmt in ENGINE_COLUMNS:
+        mine, theirs = cell.get(column), base.get(column)
+        if mine is None or theirs is None or math.isnan(mine) or math.isnan(theirs):
+            continue
+        if abs(mine - theirs) >= apart:
+            parts.append(f"{label} {fmt.format(mine)} vs {fmt.format(theirs)}")
+    return "; ".join(parts) or None
 LEVERS = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
           ("output_throughput", "out tok/s"), ("cost_per_1m_output_tokens", "cost/1M tok"))
 _RECORD_FIELDS = set(RequestRecord.__dataclass_fields__)
@@ -104,6 +124,7 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame, *, n_boot: int = N_B
         row = {k: cell.get(k) for k in ("target", "variant", "workload", "load_point",
                                         "gate_verdict")}
         row["baseline"] = base_name
+        row["engine_note"] = engine_note(cell, base)
         acc, base_acc = cell.get("accuracy"), base.get("accuracy")
         row["accuracy_delta_points"] = (100 * (acc - base_acc)
                                         if acc is not None and base_acc is not None else None)

@@ -1,7 +1,13 @@
-"""Server telemetry: Prometheus ``/metrics`` scraped before and after each cell.
+"""Server telemetry: Prometheus ``/metrics`` scraped before and after each cell, and sampled
+while it runs.
 
 Parsed with ``prometheus_client``'s text parser. Counters are stored as deltas over the cell;
-gauges as their value after it. The prefix-cache hit rate of a cell is cached prompt tokens
+gauges as their value after it. The engine's scheduler gauges (``StackAdapter.engine_gauges``:
+KV-cache usage, running and waiting requests) are sampled every ``SAMPLE_INTERVAL_S`` on a
+thread while the cell runs (:class:`GaugeSampler`; the thread only fetches, the text is parsed
+after the cell so the load generator's event loop is not held up) and summarized over the
+measured window as a peak and a mean (:func:`engine_telemetry`); preemptions and speculative
+acceptance come from the counters' deltas. The prefix-cache hit rate of a cell is cached prompt tokens
 over all prompt tokens: from the deltas of the counters each stack adapter declares
 (``StackAdapter.prefix_cache_counters``) where the server exports them, else from the cell's
 measured responses' ``usage.prompt_tokens_details.cached_tokens`` (a hosted API has no
@@ -11,6 +17,8 @@ measured responses' ``usage.prompt_tokens_details.cached_tokens`` (a hosted API 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
@@ -19,7 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
     from servebench.loadgen.records import RequestRecord
-    from servebench.stacks.adapter import PrefixCacheCounters
+    from servebench.stacks.adapter import EngineGauges, PrefixCacheCounters
 
 log = logging.getLogger(__name__)
 
@@ -105,3 +113,79 @@ def _sum_family(delta: dict[str, float], name: str) -> float | None:
     """A counter summed over its label sets (vLLM labels by model and engine)."""
     values = [v for k, v in delta.items() if k == name or k.startswith(name + "{")]
     return sum(values) if values else None
+
+
+SAMPLE_INTERVAL_S = 0.2  # between two scrapes while a cell runs
+# the cells columns the sampled gauges become: <stem>_peak and <stem>_mean
+GAUGE_COLUMNS = {"kv_cache_usage": "kv_cache_usage", "running": "requests_running",
+                 "waiting": "requests_waiting"}
+
+
+class GaugeSampler:
+    """Fetches a server's metrics every ``interval_s`` on a thread between ``start`` and
+    ``stop`` (a context manager), keeping each text with the epoch time it arrived."""
+
+    def __init__(self, base_url: str, path: str | None, *, headers: dict[str, str] | None = None,
+                 interval_s: float = SAMPLE_INTERVAL_S):
+        self.url = None if path is None else base_url + path
+        self.headers, self.interval_s = headers, interval_s
+        self.texts: list[tuple[float, str]] = []
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> GaugeSampler:
+        if self.url is not None:
+            self._thread = threading.Thread(target=self._run, name="gauge-sampler", daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10.0)
+
+    def _run(self) -> None:
+        with httpx.Client(timeout=max(1.0, 5 * self.interval_s), headers=self.headers) as client:
+            while not self._stop.is_set():
+                try:
+                    resp = client.get(self.url)
+                    resp.raise_for_status()
+                    self.texts.append((time.time(), resp.text))
+                except httpx.HTTPError:  # a missed sample; counted, the cell's own scrape logs
+                    self.errors += 1
+                self._stop.wait(self.interval_s)
+
+    def series(self, names: dict[str, str], start: float, end: float) -> dict[str, list[float]]:
+        """Each gauge's samples (summed over its label sets) inside ``[start, end]``."""
+        out: dict[str, list[float]] = {stem: [] for stem in names}
+        for at, text in self.texts:
+            if not start <= at <= end:
+                continue
+            samples = parse_metrics(text)
+            for stem, name in names.items():
+                value = _sum_family(samples, name)
+                if value is not None:
+                    out[stem].append(value)
+        return out
+
+
+def engine_telemetry(gauges: EngineGauges, sampler: GaugeSampler, delta: dict[str, float],
+                     window: tuple[float, float]) -> dict[str, float | int | None]:
+    """A cell's engine telemetry columns: each gauge's peak and mean over the measured window,
+    the preemptions over the cell, the speculative acceptance rate (accepted / proposed draft
+    tokens), and how many samples fell in the window. None where the engine has no such
+    metric or nothing was sampled."""
+    row: dict[str, float | int | None] = {}
+    series = sampler.series(gauges.gauges(), *window)
+    n = max((len(v) for v in series.values()), default=0)
+    for stem, column in GAUGE_COLUMNS.items():
+        values = series.get(stem) or []
+        row[f"{column}_peak"] = max(values) if values else None
+        row[f"{column}_mean"] = sum(values) / len(values) if values else None
+    row["preemptions"] = _sum_family(delta, gauges.preemptions) if gauges.preemptions else None
+    accepted = _sum_family(delta, gauges.spec_accepted) if gauges.spec_accepted else None
+    drafted = _sum_family(delta, gauges.spec_drafted) if gauges.spec_drafted else None
+    row["spec_acceptance_rate"] = accepted / drafted if accepted is not None and drafted else None
+    row["telemetry_samples"] = n if gauges.gauges() and sampler.url else None
+    return row

@@ -1,5 +1,6 @@
-"""The nightly DAG end to end with dag.test(): real llama.cpp and transformers serve processes
-on 127.0.0.1, the project's own model, Parquet read back and checked.
+"""The nightly DAG end to end with dag.test(): real llama.cpp, vLLM (its CPU build) and
+transformers serve processes on 127.0.0.1, the project's own model, Parquet read back and
+checked.
 
 Needs `make setup airflow-db` (CI's `make test` does both).
 """
@@ -41,11 +42,11 @@ def test_dag_run_succeeds(published):
 def test_every_cell_present_and_valid(published):
     _, store, _ = published
     cells = store.read_table("cells").to_pandas()
-    # 6 variants x 2 workloads x 2 concurrencies, one row each
-    assert len(cells) == 24
+    # 8 variants x 2 workloads x 2 concurrencies, one row each
+    assert len(cells) == 32
     counts = cells.groupby(["target", "variant"]).size()
     assert set(counts) == {4}, counts
-    assert set(cells["stack"]) == {"llama_cpp", "transformers"}
+    assert set(cells["stack"]) == {"llama_cpp", "vllm", "transformers"}
     assert not cells.duplicated(["variant", "target", "workload", "concurrency"]).any()
     bad = cells[cells["status"] != "ok"]
     # the measurement's own validity rule fires when the host stalls the client (event-loop
@@ -75,7 +76,7 @@ def test_output_tokens_equal_what_was_asked(published):
     _, store, _ = published
     reqs = store.read_table("requests").to_pandas()
     measured = reqs[~reqs["warmup"]]
-    assert len(measured) == 24 * 24
+    assert len(measured) == 32 * 24
     assert (measured["output_tokens"] == measured["output_tokens_requested"]).all()
     assert measured["first_chunk_at"].notna().all()
 
@@ -88,19 +89,51 @@ def test_golden_set_accuracy(published):
     assert len(set(n_items)) == 1 and n_items.iloc[0] >= 100
     assert acc[("adder-llamacpp", "f16")] >= 0.9
     assert acc[("adder-transformers", "f32")] >= 0.9
+    assert acc[("adder-vllm", "f32")] >= 0.9
     cells = store.read_table("cells").to_pandas()
     f16 = cells[cells["variant"] == "f16"]["accuracy"]
     assert (f16 == acc[("adder-llamacpp", "f16")]).all()
 
 
-def test_prefix_cache_shows_on_shared_prefix(published):
+@pytest.mark.parametrize("stack, nocache", [("llama_cpp", "f16-nocache"),
+                                            ("vllm", "f32-nocache")])
+def test_prefix_cache_shows_on_shared_prefix_only(published, stack, nocache):
     _, store, _ = published
     cells = store.read_table("cells").to_pandas()
-    llama = cells[(cells["stack"] == "llama_cpp") & cells["workload"].str.startswith("shared")]
-    cached = llama[llama["variant"] != "f16-nocache"]["prefix_cache_hit_rate"]
-    uncached = llama[llama["variant"] == "f16-nocache"]["prefix_cache_hit_rate"]
+    mine = cells[cells["stack"] == stack]
+    shared = mine[mine["workload"].str.startswith("shared")]
+    cached = shared[shared["variant"] != nocache]["prefix_cache_hit_rate"]
+    uncached = shared[shared["variant"] == nocache]["prefix_cache_hit_rate"]
     assert (cached > 0.5).all(), cached
     assert len(uncached) == 2 and (uncached < 0.2).all(), uncached
+    # independent prompts: what the workload implies (the template's BOS), at every load
+    # point -- no cell re-sends another's prompts
+    fixed = mine[mine["workload"].str.startswith("fixed")]
+    assert (fixed["prefix_cache_hit_rate"] < 0.05).all(), fixed["prefix_cache_hit_rate"]
+    assert (fixed["prefix_cache_expected"] < 0.05).all()
+
+
+def test_vllm_telemetry_sampled_while_the_cells_ran(published):
+    _, store, _ = published
+    cells = store.read_table("cells").to_pandas()
+    vllm = cells[cells["stack"] == "vllm"]
+    assert (vllm["telemetry_samples"] > 0).all(), vllm["telemetry_samples"]
+    assert (vllm["kv_cache_usage_peak"] > 0).all() and (vllm["kv_cache_usage_peak"] <= 1).all()
+    assert (vllm["requests_running_peak"] >= 1).all()
+    assert (vllm["preemptions"] == 0).all()  # a 1 GiB cache holds four 512-token sequences
+    c4 = vllm[vllm["concurrency"] == 4]
+    assert (c4["requests_running_peak"] > 1).any()  # a batch, not a queue of one
+    transformers = cells[cells["stack"] == "transformers"]
+    assert transformers["telemetry_samples"].isna().all()  # it exports no metrics
+
+
+def test_vllm_answers_agree_with_the_other_stacks(published):
+    _, store, _ = published
+    cells = store.read_table("cells").to_pandas()
+    group = cells[cells["cross_stack_group"] == "adder-3m-full-precision"]
+    assert set(group["target"]) == {"adder-llamacpp", "adder-vllm", "adder-transformers"}
+    assert set(group["cross_stack_verdict"]) == {"consistent"}, \
+        group[["target", "variant", "cross_stack_verdict", "cross_stack_reason"]]
 
 
 def test_servers_stopped_and_digest_written(published):
@@ -112,9 +145,9 @@ def test_servers_stopped_and_digest_written(published):
     text = Path(digests[0]).read_text()
     # a latency-vs-throughput chart per target, linked from the digest
     charts = [f for f in files if f.endswith(".png")]
-    assert len(charts) == 2
+    assert len(charts) == 3
     assert all(f"({Path(c).parent.name}/{Path(c).name})" in text for c in charts)
-    assert "adder-llamacpp" in text and "adder-transformers" in text
+    assert "adder-llamacpp" in text and "adder-transformers" in text and "adder-vllm" in text
     # what each quant buys against f16, with intervals, beside its accuracy cost
     assert "## What each variant buys" in text and "| q2_k vs f16" in text
     # a first night has no history to regress from; the gate still fails the harsh quant

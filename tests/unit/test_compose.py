@@ -143,7 +143,7 @@ def test_the_mounts_are_where_airflow_and_servebench_look(compose, dockerfile):
 
 def test_the_image_serves_the_local_sweep(dockerfile):
     stages, env = dockerfile["stages"], dockerfile["env"]
-    assert set(stages) == {"llama", "models", "final"}
+    assert set(stages) == {"llama", "models", "vllm", "final"}
     llama = " ".join(stages["llama"])
     assert "scripts/build_llama_cpp.sh" in llama and "LLAMA_CPP_NATIVE=OFF" in llama
     assert "/opt/llama/current" in llama
@@ -156,6 +156,10 @@ def test_the_image_serves_the_local_sweep(dockerfile):
     assert "COPY --from=llama" in final and env["SERVEBENCH_LLAMA_BIN"].startswith("/opt/llama/")
     assert f"COPY --from=models --chown=airflow:root {root}/.venv-stacks" in final
     assert env["SERVEBENCH_STACKS_VENV"] == f"{root}/.venv-stacks"
+    # vLLM's CPU build, pinned, made where the final stage finds it at the same path
+    assert "requirements-vllm.txt" in " ".join(stages["vllm"])
+    assert f"COPY --from=vllm --chown=airflow:root {root}/.venv-vllm {root}/.venv-vllm" in final
+    assert env["SERVEBENCH_VLLM_VENV"] == f"{root}/.venv-vllm"
     # every model the default sweep serves is one the image holds
     spec = load_sweep(ROOT / "include" / "sweeps" / "local.yaml")
     for target in spec.targets:

@@ -56,3 +56,22 @@ def test_no_row_without_an_ok_baseline_cell():
     requests = pd.DataFrame(_requests("t/q4/w/c1", 10, 2))
     cells = pd.DataFrame([_cell("q4", 10, 2, 9, 0.9, "pass")])
     assert lever_rows(cells, requests) == []
+
+
+def test_the_engine_telemetry_that_differs_from_the_baseline_is_said_beside_the_levers():
+    from servebench.levers import engine_note
+
+    base = {"prefix_cache_hit_rate": 0.75, "kv_cache_usage_peak": 0.21,
+            "requests_waiting_peak": 0.0, "preemptions": 0.0}
+    nocache = {**base, "prefix_cache_hit_rate": 0.0, "kv_cache_usage_peak": 0.64,
+               "requests_waiting_peak": 3.0}
+    assert engine_note(nocache, base) == \
+        "prefix-cache hits 0.00 vs 0.75; KV peak 64% vs 21%; queued peak 3 vs 0"
+    assert engine_note({**base, "kv_cache_usage_peak": 0.22}, base) is None  # within noise
+    assert engine_note({"kv_cache_usage_peak": None}, {"kv_cache_usage_peak": 0.2}) is None
+    requests = pd.DataFrame(_requests("t/f16/w/c1", 20, 4) + _requests("t/q4/w/c1", 30, 4))
+    cells = pd.DataFrame([{**_cell("f16", 20, 4.0, 9.0, 0.97, "baseline"), **base},
+                          {**_cell("q4", 30, 4.0, 9.0, 0.97, "pass"), **nocache}])
+    [row] = lever_rows(cells, requests)
+    table = lever_table([row])
+    assert "engine vs baseline" in table and "queued peak 3 vs 0" in table

@@ -88,3 +88,42 @@ def test_a_cells_rate_takes_the_counters_first_then_the_usage():
     assert cell_prefix_cache_hit_rate(deltas(before, after), VLLM_COUNTERS, usage) == 0.25
     assert cell_prefix_cache_hit_rate({}, VLLM_COUNTERS, usage) == 0.9  # no /metrics
     assert cell_prefix_cache_hit_rate({}, (), []) is None
+
+
+def _vllm_gauges(kv: float, running: int, waiting: int) -> str:
+    return (f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {kv}\n'
+            f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}\n'
+            f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}\n')
+
+
+def test_engine_telemetry_peak_and_mean_inside_the_measured_window():
+    from servebench.telemetry import GaugeSampler, engine_telemetry
+
+    sampler = GaugeSampler("http://127.0.0.1:9", "/metrics")
+    # a sample from the warm-up (t=1), three in the window [2, 4], one after it
+    sampler.texts = [(1.0, _vllm_gauges(0.9, 9, 9)), (2.0, _vllm_gauges(0.1, 2, 0)),
+                     (3.0, _vllm_gauges(0.3, 4, 3)), (4.0, _vllm_gauges(0.2, 4, 0)),
+                     (5.0, _vllm_gauges(0.9, 9, 9))]
+    delta = {'vllm:num_preemptions_total{engine="0",model_name="m"}': 2.0,
+             'vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"}': 30.0,
+             'vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"}': 40.0}
+    row = engine_telemetry(get_stack("vllm").engine_gauges, sampler, delta, (2.0, 4.0))
+    assert row["kv_cache_usage_peak"] == 0.3 and row["kv_cache_usage_mean"] == pytest.approx(0.2)
+    assert row["requests_running_peak"] == 4 and row["requests_running_mean"] == pytest.approx(10 / 3)
+    assert row["requests_waiting_peak"] == 3 and row["requests_waiting_mean"] == 1
+    assert row["preemptions"] == 2 and row["spec_acceptance_rate"] == 0.75
+    assert row["telemetry_samples"] == 3
+
+
+def test_engine_telemetry_where_the_engine_has_none():
+    from servebench.telemetry import GaugeSampler, engine_telemetry
+
+    none = engine_telemetry(get_stack("transformers").engine_gauges,
+                            GaugeSampler("http://127.0.0.1:9", None), {}, (0.0, 1.0))
+    assert set(none.values()) == {None}
+    # llama.cpp: slots and the queue, no KV gauge; no speculation configured
+    llama = engine_telemetry(get_stack("llama_cpp").engine_gauges,
+                             GaugeSampler("http://127.0.0.1:9", "/metrics"),
+                             {"llamacpp:spec_decode_num_draft_tokens_total": 0.0}, (0.0, 1.0))
+    assert llama["kv_cache_usage_peak"] is None and llama["spec_acceptance_rate"] is None
+    assert llama["telemetry_samples"] == 0

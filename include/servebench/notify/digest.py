@@ -296,6 +296,8 @@ def lever_table(rows: list[dict], markdown: bool = True) -> str:
          else f"{r['accuracy_delta_points']:+.1f} pts", True),
         ("gate", lambda r: fmt_text(r.get("gate_verdict")), False),
     ]
+    if any(not is_missing(r.get("engine_note")) for r in rows):
+        columns.append(("engine vs baseline", lambda r: fmt_text(r.get("engine_note")), False))
     return _render(columns, rows, markdown=markdown)
 
 

@@ -165,6 +165,17 @@ CELLS = pa.schema(
         _f("prefix_cache_expected", _F64),  # the share its workload implies (metrics.py)
         _f("prompt_key", _STR),  # what its prompts were drawn from (workloads.prompt_key)
         _f("server_metrics_json", _STR),  # Prometheus deltas over the cell
+        # the engine's scheduler while the cell ran (telemetry.engine_telemetry): gauges
+        # sampled over the measured window, counters over the cell
+        _f("kv_cache_usage_peak", _F64),  # share of the KV cache in use, 0..1
+        _f("kv_cache_usage_mean", _F64),
+        _f("requests_running_peak", _F64),
+        _f("requests_running_mean", _F64),
+        _f("requests_waiting_peak", _F64),  # requests queued for a slot
+        _f("requests_waiting_mean", _F64),
+        _f("preemptions", _F64),
+        _f("spec_acceptance_rate", _F64),  # accepted / proposed draft tokens
+        _f("telemetry_samples", _I32),
         _f("client_send_lag_ms_p99", _F64),  # the client's own lag: proof it kept up
         _f("client_loop_lag_ms_p99", _F64),
         _f("client_loop_lag_ms_p95", _F64),  # the statistic client_saturated decides on

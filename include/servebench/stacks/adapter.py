@@ -35,6 +35,26 @@ class PrefixCacheCounters:
 
 
 @dataclass(frozen=True)
+class EngineGauges:
+    """The Prometheus samples that show a stack's scheduler at work while a cell runs
+    (``servebench.telemetry.GaugeSampler``); None where the engine exports no such thing.
+    Gauges are sampled during the measured window; counters are deltas over the cell."""
+
+    kv_cache_usage: str | None = None  # share of the KV cache in use, 0..1 (gauge)
+    running: str | None = None  # requests being decoded (gauge)
+    waiting: str | None = None  # requests queued for a slot (gauge)
+    preemptions: str | None = None  # requests preempted or retracted (counter)
+    spec_accepted: str | None = None  # speculative tokens accepted (counter)
+    spec_drafted: str | None = None  # speculative tokens proposed (counter)
+
+    def gauges(self) -> dict[str, str]:
+        """Column stem -> sample name, for the gauges the engine has."""
+        named = {"kv_cache_usage": self.kv_cache_usage, "running": self.running,
+                 "waiting": self.waiting}
+        return {k: v for k, v in named.items() if v}
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """How to start one variant of a stack, and how to talk to it once started."""
 
@@ -98,6 +118,8 @@ class StackAdapter(ABC):
     # the counters telemetry derives the prefix-cache hit rate from; where names changed
     # between the releases in ``checked_versions``, one entry per release, the first present wins
     prefix_cache_counters: ClassVar[tuple[PrefixCacheCounters, ...]] = ()
+    # the scheduler's gauges and counters sampled while a cell runs (telemetry)
+    engine_gauges: ClassVar[EngineGauges] = EngineGauges()
     # the engine releases (PEP 440) whose own sources the launch flags, request fields and
     # metric names were checked against (tests/fixtures/engines/; several ranges: any of
     # them); None: not versioned

@@ -20,6 +20,7 @@ from servebench.config import (
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     ContainerLaunch,
+    EngineGauges,
     LaunchSpec,
     PrefixCacheCounters,
     StackAdapter,
@@ -47,6 +48,11 @@ class LlamaCppStack(StackAdapter):
     name = "llama_cpp"
     engine = "llama.cpp"
     tokenize_api = LLAMA_CPP_TOKENIZE
+    # tools/server (--metrics): slots busy and requests deferred for want of one; no KV gauge
+    engine_gauges = EngineGauges(
+        running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred",
+        spec_accepted="llamacpp:spec_decode_num_accepted_tokens_total",
+        spec_drafted="llamacpp:spec_decode_num_draft_tokens_total")
     version_path = "/props"  # {"build_info": "b<build>-<commit>", ...}
     # prompt tokens reused from the cache / processed (the cached ones not included)
     prefix_cache_counters = (PrefixCacheCounters(

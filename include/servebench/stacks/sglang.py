@@ -39,6 +39,7 @@ import sys
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
+    EngineGauges,
     PrefixCacheCounters,
     installed_version,
     register_stack,
@@ -82,6 +83,10 @@ class SglangStack(HfGpuStack):
     # deprecation warning from v0.5.6)
     version_path = "/get_server_info"
     tokenize_api = SGLANG_TOKENIZE
+    # token_usage: the KV pool's used share; retractions are SGLang's preemptions
+    engine_gauges = EngineGauges(
+        kv_cache_usage="sglang:token_usage", running="sglang:num_running_reqs",
+        waiting="sglang:num_queue_reqs", preemptions="sglang:num_retracted_requests_total")
     prefix_cache_counters = (PrefixCacheCounters(
         "sglang:cached_tokens_total", "sglang:prompt_tokens_total", total_includes_hits=True),)
 

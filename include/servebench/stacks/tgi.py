@@ -45,7 +45,12 @@ from __future__ import annotations
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
-from servebench.stacks.adapter import chat_request, hub_cache_dir, register_stack
+from servebench.stacks.adapter import (
+    EngineGauges,
+    chat_request,
+    hub_cache_dir,
+    register_stack,
+)
 from servebench.stacks.gpu import HfGpuStack, checkpoint_args, weights_dtype
 
 QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantize
@@ -75,6 +80,8 @@ class TgiStack(HfGpuStack):
                              "HTTP route has ignore_eos or min_new_tokens: "
                              "huggingface/text-generation-inference#1944")
     checked_versions = ">=3.2,<4"
+    # router metrics: the running batch and the queue (no KV-cache gauge)
+    engine_gauges = EngineGauges(running="tgi_batch_current_size", waiting="tgi_queue_size")
     version_path = "/info"  # {"version": "3.3.6-dev0", "sha": ..., ...}
 
     def precision_problems(self, variant: VariantSpec) -> list[str]:

@@ -51,6 +51,7 @@ from pathlib import Path
 from servebench.config import ThreadsOption, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
+    EngineGauges,
     LaunchSpec,
     PrefixCacheCounters,
     register_stack,
@@ -138,6 +139,13 @@ class VllmStack(HfGpuStack):
     prefix_cache_counters = (PrefixCacheCounters(
         "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total",
         total_includes_hits=True),)
+    # v1 loggers.py: kv_cache_usage_perc is a fraction (0..1) despite its name;
+    # spec_decode_* only with --speculative-config
+    engine_gauges = EngineGauges(
+        kv_cache_usage="vllm:kv_cache_usage_perc", running="vllm:num_requests_running",
+        waiting="vllm:num_requests_waiting", preemptions="vllm:num_preemptions_total",
+        spec_accepted="vllm:spec_decode_num_accepted_tokens_total",
+        spec_drafted="vllm:spec_decode_num_draft_tokens_total")
 
     def speculative_problems(self, variant: VariantSpec) -> list[str]:
         spec = variant.speculative

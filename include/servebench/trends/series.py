@@ -45,6 +45,10 @@ METRICS: tuple[Metric, ...] = (
     Metric("goodput", "lower_is_worse", "goodput"),
     Metric("cost_per_1m_output_tokens", "higher_is_worse", "cost per 1M tokens"),
     Metric("prefix_cache_hit_rate", "lower_is_worse", "prefix-cache hit rate"),
+    # the engine's scheduler (telemetry): a variant that needs more KV cache or preempts for
+    # the same load has changed how it serves; peaks are sampled, so tails
+    Metric("kv_cache_usage_peak", "higher_is_worse", "KV-cache peak", tail=True),
+    Metric("preemptions", "higher_is_worse", "preemptions", tail=True),
 )
 ACCURACY = Metric("accuracy", "lower_is_worse", "golden-set accuracy")
 BY_COLUMN = {m.column: m for m in (*METRICS, ACCURACY)}

@@ -17,12 +17,12 @@ import pytest
 import yaml
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
-from servebench.config import SamplingSpec, SpeculativeSpec, VariantSpec
+from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks import get_stack
+from engine_variants import MODEL, SPEC, VARIANTS, v  # noqa: F401  (tests/engine_variants.py)
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "engines"
-MODEL = "Qwen/Qwen2.5-7B-Instruct"
 HOT = SamplingSpec(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1,
                    seed=11)
 GREEDY = SamplingSpec(temperature=0.0, top_p=1.0, seed=7)
@@ -33,44 +33,6 @@ def facts(stack: str) -> dict:
     return yaml.safe_load((FIXTURES / f"{stack}.yaml").read_text())
 
 
-def v(**kw) -> VariantSpec:
-    return VariantSpec(**{"name": "v", "model": MODEL, "revision": "abc123", **kw})
-
-
-# every knob each stack takes, spread over variants (each must pass the adapter's own check)
-SPEC = {
-    "ngram": SpeculativeSpec(method="ngram", num_speculative_tokens=4, ngram_min=2, ngram_max=5),
-    "ngram_plain": SpeculativeSpec(method="ngram", num_speculative_tokens=4),
-    "draft": SpeculativeSpec(method="draft", draft_model="Qwen/Qwen2.5-0.5B-Instruct",
-                             num_speculative_tokens=3),
-    "eagle": SpeculativeSpec(method="eagle", draft_model="yuhuili/EAGLE-Qwen2-7B",
-                             num_speculative_tokens=3),
-    "eagle3": SpeculativeSpec(method="eagle3", draft_model="eagle3/head",
-                              num_speculative_tokens=3),
-    "mtp": SpeculativeSpec(method="mtp", num_speculative_tokens=1),
-    "medusa": SpeculativeSpec(method="medusa", num_speculative_tokens=3),
-}
-BUSY = {"max_num_seqs": 64, "max_model_len": 8192, "max_num_batched_tokens": 8192,
-        "gpu_memory_utilization": 0.85, "tensor_parallel_size": 2}
-VARIANTS = {
-    "vllm": [v(quant="bf16", **BUSY), v(quant="fp8", kv_cache_dtype="fp8", prefix_caching=False),
-             v(quant="awq", speculative=SPEC["draft"]), v(quant="gptq", speculative=SPEC["ngram"]),
-             v(quant="none", dtype="float16", speculative=SPEC["eagle3"]),
-             v(quant="compressed-tensors", speculative=SPEC["mtp"])],
-    "sglang": [v(quant="bf16", **BUSY), v(quant="fp8", kv_cache_dtype="fp8", prefix_caching=False),
-               v(quant="awq", speculative=SPEC["draft"]),
-               v(quant="w8a8_int8", speculative=SPEC["ngram_plain"]),
-               v(quant="none", speculative=SPEC["eagle3"]), v(speculative=SPEC["eagle"]),
-               v(quant="fp8", speculative=SPEC["mtp"], kv_cache_dtype="fp8_e5m2")],
-    "trtllm": [v(quant="bf16", **BUSY), v(quant="fp8", kv_cache_dtype="fp8", prefix_caching=False),
-               v(quant="nvfp4", speculative=SPEC["draft"]),
-               v(quant="none", speculative=SPEC["eagle3"]), v(speculative=SPEC["mtp"]),
-               v(speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=4,
-                                             ngram_max=3))],
-    "tgi": [v(quant="bf16", **BUSY), v(quant="fp8", kv_cache_dtype="fp8", prefix_caching=False),
-            v(quant="awq", speculative=SPEC["ngram_plain"]), v(quant="gptq"),
-            v(quant="none", kv_cache_dtype="fp8_e5m2", speculative=SPEC["medusa"])],
-}
 STACKS = sorted(VARIANTS)
 
 
@@ -179,6 +141,11 @@ def test_declared_metrics_are_exported_by_the_engine(stack):
     else:  # nothing declared that the release does not export
         assert adapter.prefix_cache_counters == ()
         assert not [m for m in metrics if "cached" in m]
+    # the scheduler telemetry sampled while a cell runs: only what the release exports
+    g = adapter.engine_gauges
+    declared = {n for n in (g.kv_cache_usage, g.running, g.waiting, g.preemptions,
+                            g.spec_accepted, g.spec_drafted) if n}
+    assert declared <= metrics, declared - metrics
     if "metrics_path" in facts(stack):
         # the route as registered; the adapter may add the trailing slash a Mount wants
         assert adapter.metrics_path.rstrip("/") == facts(stack)["metrics_path"].rstrip("/")
