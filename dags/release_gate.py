@@ -47,12 +47,15 @@ def release_gate():
     @task(retries=0)  # bad params do not heal
     def plan(params=None, dag_run=None) -> dict:
         from servebench.release import ReleaseGateParams, gate_spec
+        from servebench.workloads import draw_prompt_seed
 
         chosen = ReleaseGateParams.model_validate(
             {k: v for k, v in params.items() if v is not None})
         spec = gate_spec(chosen)
         return {"params": chosen.model_dump(mode="json"), "spec": spec.model_dump(mode="json"),
-                "run_date": dag_run.run_after.date().isoformat()}
+                "run_date": dag_run.run_after.date().isoformat(),
+                # the prompts' text for every repetition (workloads.prompt_key)
+                "prompt_seed": draw_prompt_seed(spec.load.prompt_seed)}
 
     @setup
     @task(execution_timeout=timedelta(hours=1, minutes=15))

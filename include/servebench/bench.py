@@ -50,7 +50,7 @@ from servebench.tokenize import (
     local_tokenizer_file,
     tokenizer_problem,
 )
-from servebench.workloads import PromptItem, build_prompts, prompt_key
+from servebench.workloads import PromptItem, build_prompts, draw_prompt_seed, prompt_key
 
 log = logging.getLogger(__name__)
 logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per request drowns the log
@@ -140,10 +140,14 @@ class VariantRunner:
         provisioner: Provisioner,
         on_cell: Callable[[dict], None] | None = None,
         repetition: int = 0,
+        prompt_seed: int | None = None,
     ):
         self.spec, self.target, self.variant = spec, target, variant
         self.on_cell = on_cell  # told of each cell row as it is made (progress bars)
         self.repetition = repetition  # a release gate's: each draws prompts of its own
+        # the run's (the plan drew it); a runner on its own draws one
+        self.prompt_seed = draw_prompt_seed(spec.load.prompt_seed) if prompt_seed is None \
+            else prompt_seed
         self.run_id, self.settings, self.provisioner = run_id, settings, provisioner
         self.adapter: StackAdapter = get_stack(target.stack)
         self.hardware = provisioner.hardware(target)
@@ -319,17 +323,17 @@ class VariantRunner:
                       tokenizer: Tokenizer) -> CellPrompts:
         """The cell's own prompts (``workloads.prompt_key``): its warm-up's, its measured
         ones', and a builder for an ``auto`` re-run's."""
-        seed, root = self.spec.sampling.seed, self.settings.project_root
+        seed, root = self.spec.sampling.seed, self.settings.project_root  # seed: the lengths'
 
         def build(rerun: int) -> list[PromptItem]:
-            key = prompt_key(seed, workload.name, point.label, repetition=self.repetition,
-                             rerun=rerun)
+            key = prompt_key(self.prompt_seed, workload.name, point.label,
+                             repetition=self.repetition, rerun=rerun)
             return build_prompts(workload, tokenizer, seed, root, key=key)
 
         warmup = self.spec.load.warmup_requests
         warm = build_prompts(workload, tokenizer, seed, root, count=warmup, key=prompt_key(
-            seed, workload.name, point.label, repetition=self.repetition, warmup=True)) \
-            if warmup else []
+            self.prompt_seed, workload.name, point.label, repetition=self.repetition,
+            warmup=True)) if warmup else []
         return CellPrompts(warm, build(0), build)
 
     def _run_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
@@ -416,7 +420,7 @@ class VariantRunner:
             reason="; ".join(reasons) or None,
             output_tokens_requested=items[-1].output_tokens,
             length_control=length_control(exact),
-            prompt_key=prompt_key(self.spec.sampling.seed, workload_name, point.label,
+            prompt_key=prompt_key(self.prompt_seed, workload_name, point.label,
                                   repetition=self.repetition, rerun=sent["rerun"]),
             prefix_cache_hit_rate=hit_rate,
             prefix_cache_expected=expected_share,

@@ -129,6 +129,11 @@ class LoadPoints(_Strict):
     max_concurrency: int | None = Field(None, gt=0,
                                         description="in-flight cap of open-loop and max points")
     seed: int = 0
+    prompt_seed: int | None = Field(
+        None, ge=0, description="seed of the prompts' text (each cell's prompt_key adds its "
+        "identity); default: one drawn per run, so no run meets prompts a server that outlives "
+        "runs (static, a retried task) has cached; set a run's (runs.prompt_seed) to "
+        "reproduce it")
     warmup_requests: int = Field(2, ge=0, description="per cell, sent first, not measured")
     request_timeout_s: float = Field(120.0, gt=0, description="a request past it fails")
     max_error_rate: float = Field(

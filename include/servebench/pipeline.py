@@ -37,7 +37,7 @@ from servebench.results.store import ResultStore, encode_run_id
 from servebench.settings import Settings, get_settings
 from servebench.stacks.adapter import get_stack
 from servebench.tokenize import tokenizer_problem
-from servebench.workloads import TEMPLATE_OVERHEAD_MAX, max_sequence_tokens
+from servebench.workloads import TEMPLATE_OVERHEAD_MAX, draw_prompt_seed, max_sequence_tokens
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,6 +165,7 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
         "run_date": (run_date or dt.datetime.now(dt.UTC).date()).isoformat(),
         "spec": spec.model_dump(mode="json"),
         "sweep_hash": spec.spec_hash(),
+        "prompt_seed": draw_prompt_seed(spec.load.prompt_seed),
         "sampling_hash": spec.sampling.spec_hash(),
         "units": units,
         "n_cells": n_cells,
@@ -263,7 +264,8 @@ def bench_unit(plan: dict, unit: dict, provisioned: dict, run_id: str,
     kind = target.provision_kind
     provisioner = get_provisioner(kind).attach(run_id, provisioned["kinds"].get(kind), settings)
     runner = VariantRunner(spec, target, variant, run_id=run_id, settings=settings,
-                           provisioner=provisioner, on_cell=on_cell)
+                           provisioner=provisioner, on_cell=on_cell,
+                           prompt_seed=plan.get("prompt_seed"))
     result = runner.run()
     store = open_store(settings)
     for name in TABLES:
@@ -321,6 +323,7 @@ def aggregate_and_publish(plan: dict, run_id: str, logical_date: dt.datetime | N
         "run_id": run_id, "run_date": run_date, "logical_date": logical_date or now,
         "dag_id": dag_id, "sweep_name": spec.name, "sweep_file": plan["sweep_file"],
         "sweep_hash": plan["sweep_hash"], "sampling_hash": plan["sampling_hash"],
+        "prompt_seed": plan.get("prompt_seed"),
         "sampling_json": spec.sampling.model_dump_json(), "suite_git_sha": suite_git_sha(),
         # what the cells ran on (a provisioned host's, not this worker's), one of each
         "hardware": "; ".join(sorted({c["hardware"] for c in cells if c.get("hardware")}))

