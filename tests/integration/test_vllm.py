@@ -49,8 +49,9 @@ def test_every_rendered_command_line_parses_with_the_installed_vllm(tmp_path):
     for variant in spec.target("adder-vllm").variants:
         argv = adapter.local_launch(variant, host="127.0.0.1", port=8000,
                                     settings=settings).argv
-        assert argv[1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
-        argvs.append(argv[3:])
+        assert argv[:3] == ["taskset", "-c", "0-0"]  # threads: 1, on core 0
+        assert argv[4:6] == ["-m", "vllm.entrypoints.openai.api_server"]
+        argvs.append(argv[6:])
     out = subprocess.run([str(settings.vllm_venv / "bin" / "python"), "-c", PARSE],
                          input=json.dumps(argvs), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "parsed" in out.stdout, out.stderr[-3000:]

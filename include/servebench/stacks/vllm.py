@@ -32,10 +32,10 @@ local default; ``requirements-vllm.txt``), which differs only where it must:
   API server takes the same flags (``make_arg_parser``), the model as ``--model``;
 * KV-cache space: ``VLLM_CPU_KVCACHE_SPACE`` (GiB; the worker's own value, else 1) -- the CPU
   build sizes its cache from it, not from ``--gpu-memory-utilization``;
-* threads: a variant's ``threads`` becomes ``OMP_NUM_THREADS`` with
-  ``VLLM_CPU_OMP_THREADS_BIND=nobind`` (unpinned, as llama.cpp's ``--threads``), leaving the
-  other cores to the load generator; without it vLLM binds its own (one core per rank,
-  reserving one);
+* threads: a variant's ``threads`` N becomes ``OMP_NUM_THREADS`` (``VLLM_CPU_OMP_THREADS_BIND=
+  nobind``) and the server's processes (API server, engine core, worker) run on cores 0..N-1
+  (``taskset``), leaving the others to the load generator; without it vLLM binds its own (one
+  core per rank, reserving one);
 * dtype: the CPU build computes in float32 or bfloat16; the local variants say which.
 
 Checked against v0.32.0 too, by parsing every command line the adapter renders with that
@@ -201,10 +201,14 @@ class VllmStack(HfGpuStack):
         model, *flags = spec.argv
         env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1",
                "VLLM_NO_USAGE_STATS": "1"}
+        pin: list[str] = []
         if variant.threads:
             env.update(OMP_NUM_THREADS=str(variant.threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
+            # its API server, engine core and worker processes on those cores alone: unpinned,
+            # the three outran the load generator on a 2-core host (send lag p99 218 ms)
+            pin = ["taskset", "-c", f"0-{variant.threads - 1}"]
         return LaunchSpec(
-            argv=[str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
+            argv=[*pin, str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
                   "--model", model, *flags],
             served_model=spec.served_model, env={**spec.env, **env},
             metrics_path=spec.metrics_path)

