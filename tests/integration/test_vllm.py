@@ -57,20 +57,14 @@ def test_every_rendered_command_line_parses_with_the_installed_vllm(tmp_path):
     assert out.returncode == 0 and "parsed" in out.stdout, out.stderr[-3000:]
 
 
-def _spec():
-    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
-    data["workloads"] = [{"kind": "fixed", "name": "fixed", "input_tokens": 64,
-                          "output_tokens": 32, "num_requests": 400}]
-    data["load"]["concurrency"] = [1, 2]
-    data["cross_stack"] = []
-    [target] = [t for t in data["targets"] if t["name"] == "adder-vllm"]
-    target["variants"] = target["variants"][:1]
-    data["targets"] = [target]
-    return parse_sweep(data, "test")
-
-
-def test_a_vllm_killed_mid_cell_fails_its_cells_with_the_signal(tmp_path, monkeypatch):
-    spec = _spec()
+def test_a_vllm_killed_mid_cell_fails_its_cells_with_the_signal(tmp_path, monkeypatch,
+                                                               local_sweep):
+    local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    [target] = [t for t in local["targets"] if t["name"] == "adder-vllm"]
+    data = local_sweep([{**target, "variants": target["variants"][:1]}], input_tokens=64,
+                       output_tokens=32, num_requests=400, concurrency=1)
+    data["load"]["concurrency"] = [1, 2]  # the second cell meets a dead port
+    spec = parse_sweep(data, "test")
     target = spec.targets[0]
     real = bench.run_load_sync
 
