@@ -2,8 +2,8 @@
 # default sweep (include/sweeps/local.yaml) serves with -- llama-server and the project's GGUFs,
 # the CPU stacks venv for `transformers serve` and vLLM's CPU build -- so `docker compose up` can
 # run the demo. GPU builds of the engines (vLLM, SGLang, TGI, TensorRT-LLM) are not here: they run
-# in their own images on the hosts a provision kind (ec2, kubernetes) acquires (README:
-# Provisioning).
+# in their own images on the hosts a provision kind (ec2, kubernetes) acquires
+# (docs/provisioning.md).
 #
 # Four stages, the same scripts `make setup` runs:
 #   llama   llama-server + llama-quantize from the llama-cpp-python sdist (portable: AVX2, not

@@ -37,7 +37,7 @@ run: setup airflow-db
 test: setup airflow-db
 	$(BIN)/python -m pytest
 
-# the twenty-night local proof of the trends alone (it is part of `make test` too; README
+# the twenty-night local proof of the trends alone (it is part of `make test` too; docs/trends.md
 # gives its record)
 PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
 
@@ -45,7 +45,7 @@ proof: setup airflow-db
 	$(PROOF)
 
 # the Airflow UI on http://127.0.0.1:8080 (Browse -> Benchmarks): a local tryout on this
-# project's SQLite home, every user an admin; README's "Running on CeleryExecutor" for a
+# project's SQLite home, every user an admin; docs/deployment.md for a
 # deployment
 airflow: setup airflow-db
 	PATH="$(BIN):$$PATH" AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True airflow standalone

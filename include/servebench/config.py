@@ -344,7 +344,7 @@ class Ec2Provision(_Strict):
     """One EC2 instance per target, launched by the setup task (boto3, credentials from the
     Airflow AWS connection), tagged for the janitor and terminated by the teardown task; each
     variant's container is started on it through SSM Run Command and reached over the
-    instance's address. README ("EC2") lists the IAM permissions this needs."""
+    instance's address. docs/provisioning.md ("EC2") lists the IAM permissions this needs."""
 
     kind: Literal["ec2"]
     instance_type: str = Field(min_length=1, description="e.g. p5.48xlarge, g6e.xlarge")
@@ -391,7 +391,7 @@ class KubernetesProvision(_Strict):
     """Each variant as a Pod (GPU limits, the stack's container) behind a ClusterIP Service
     in ``namespace``, reached at ``<service>.<namespace>.svc``: the worker runs in the
     cluster (or resolves its services). Deleted when the variant is done; the teardown and
-    the janitor delete what is left, by label. README ("Kubernetes") says what was not run
+    the janitor delete what is left, by label. docs/provisioning.md ("Kubernetes") says what was not run
     against a cluster here."""
 
     kind: Literal["kubernetes"]
@@ -641,7 +641,8 @@ def load_sweep(path: str | Path) -> SweepSpec:
 
 def spec_reference() -> str:
     """Every field of a sweep spec as a Markdown table (path, type, default, what it is), read
-    off the models themselves: README's reference is this text (a test keeps them equal), and
+    off the models themselves: docs/spec-reference.md is this text (a test keeps them equal),
+    and
     ``servebench spec-reference`` prints it for the installed version."""
     from servebench.stacks import known_stacks, stack_options
 

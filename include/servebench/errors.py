@@ -20,7 +20,7 @@
 Each kind also derives from the builtin it always was (``ValueError`` for bad input,
 ``RuntimeError`` for a failure at run time), so ``except ValueError`` around a spec keeps
 working. A failed request is not an exception: it is a ``RequestRecord`` with its error, and a
-Slack failure is logged and returned by the digest task (README: Faults).
+Slack failure is logged and returned by the digest task (docs/faults.md).
 """
 
 from __future__ import annotations
