@@ -9,6 +9,8 @@
     |   `-- ServerLaunchError  a local server exited or never became healthy
     |-- TransportError   a request could not be carried (inside the load generator: every
     |                    failed request ends as a record with its error, never raised)
+    |-- LoadGeneratorError  a client process of a multi-process load failed (its traceback
+    |                    in the message)
     |-- ScorerError      an answer could not be scored, not by the answer's fault
     |-- PublishError     a night's results could not be published
     |   |-- SchemaError      rows that do not fit a result table
@@ -68,6 +70,10 @@ class ServerLaunchError(LaunchError):
 class TransportError(ServebenchError, RuntimeError):
     """A request could not be carried as sent (``loadgen.stream.StaleConnection``: a reused
     connection the server had closed); the load generator turns it into a retry or a record."""
+
+
+class LoadGeneratorError(ServebenchError, RuntimeError):
+    """A load-generator client process failed; the message carries that process's traceback."""
 
 
 class ScorerError(ServebenchError, RuntimeError):

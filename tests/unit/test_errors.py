@@ -51,3 +51,19 @@ def test_the_public_api_is_importable_from_the_package():
 
     assert callable(load_sweep) and callable(run_sweep) and callable(load_history)
     assert callable(open_store) and set(servebench.__all__) >= {"load_sweep", "run_sweep"}
+
+
+def test_a_failed_client_process_raises_with_its_own_traceback():
+    """A multi-process load whose client process fails: the parent's error carries the child's
+    traceback (where it failed), not a relabelled one-liner."""
+    import pytest
+    from servebench.errors import LoadGeneratorError
+    from servebench.loadgen.engine import LoadSpec
+    from servebench.loadgen.multiproc import run_load_multiprocess
+
+    with pytest.raises(LoadGeneratorError) as err:
+        run_load_multiprocess("http://127.0.0.1:9", "/v1/chat/completions", [{}] * 4,
+                              LoadSpec.closed(2), processes=2, cell_id="c", client="nope")
+    message = str(err.value)
+    assert "Traceback (most recent call last)" in message
+    assert "client must be 'fast', 'httpx' or 'auto'" in message and "transport.py" in message

@@ -32,14 +32,17 @@ import math
 import multiprocessing as mp
 import os
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from servebench.errors import LoadGeneratorError
 from servebench.loadgen.engine import LoadSpec, assemble_result, run_load, run_sync
 from servebench.loadgen.result import LoadResult
 
 _READY_TIMEOUT_S = 600.0
+
 
 
 def _share(total: int | None, n: int, p: int) -> int | None:
@@ -77,8 +80,8 @@ def _worker(conn: Any, args: dict[str, Any]) -> None:
         res = run_sync(run_load(**args["run"], on_ready=on_ready, raw_out=raw),
                        use_uvloop=args["use_uvloop"])
         conn.send(("done", (res, raw)))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent
-        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    except Exception:  # the parent raises it, with this process's traceback in the message
+        conn.send(("error", traceback.format_exc()))
     finally:
         conn.close()
 
@@ -135,7 +138,7 @@ def run_load_multiprocess(base_url: str, path: str, bodies: Sequence[dict[str, A
             if kind == "error":
                 errors.append(payload)
         if errors:
-            raise RuntimeError(f"load generator process failed: {errors[0]}")
+            raise LoadGeneratorError(f"load generator process failed:\n{errors[0]}")
         start_at = time.time() + 0.1  # everyone sleeps until the same epoch instant
         for c in pipes:
             c.send(start_at)
@@ -143,7 +146,7 @@ def run_load_multiprocess(base_url: str, path: str, bodies: Sequence[dict[str, A
         for c in pipes:
             kind, payload = c.recv()
             if kind == "error":
-                raise RuntimeError(f"load generator process failed: {payload}")
+                raise LoadGeneratorError(f"load generator process failed:\n{payload}")
             results.append(payload[0])
             raws.append(payload[1])
     finally:
