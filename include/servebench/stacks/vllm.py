@@ -33,8 +33,8 @@ local default; ``requirements-vllm.txt``), which differs only where it must:
 * KV-cache space: ``VLLM_CPU_KVCACHE_SPACE`` (GiB; the worker's own value, else 1) -- the CPU
   build sizes its cache from it, not from ``--gpu-memory-utilization``;
 * threads: a variant's ``threads`` N becomes ``OMP_NUM_THREADS`` (``VLLM_CPU_OMP_THREADS_BIND=
-  nobind``) and the server's processes (API server, engine core, worker) run on cores 0..N-1
-  (``taskset``), leaving the others to the load generator; without it vLLM binds its own (one
+  nobind``) and the server's processes (API server, engine core, worker) run on the first N
+  cores the worker may use (``taskset``), leaving the others to the load generator; without it vLLM binds its own (one
   core per rank, reserving one);
 * dtype: the CPU build computes in float32 or bfloat16; the local variants say which.
 
@@ -204,9 +204,11 @@ class VllmStack(HfGpuStack):
         pin: list[str] = []
         if variant.threads:
             env.update(OMP_NUM_THREADS=str(variant.threads), VLLM_CPU_OMP_THREADS_BIND="nobind")
-            # its API server, engine core and worker processes on those cores alone: unpinned,
-            # the three outran the load generator on a 2-core host (send lag p99 218 ms)
-            pin = ["taskset", "-c", f"0-{variant.threads - 1}"]
+            # its API server, engine core and worker processes on those cores alone (the first
+            # this worker may use: a container's cpuset need not start at 0): unpinned, the
+            # three outran the load generator on a 2-core host (send lag p99 218 ms)
+            cores = sorted(os.sched_getaffinity(0))[:variant.threads]
+            pin = ["taskset", "-c", ",".join(map(str, cores))]
         return LaunchSpec(
             argv=[*pin, str(venv / "bin" / "python"), "-m", "vllm.entrypoints.openai.api_server",
                   "--model", model, *flags],
