@@ -391,8 +391,8 @@ class KubernetesProvision(_Strict):
     """Each variant as a Pod (GPU limits, the stack's container) behind a ClusterIP Service
     in ``namespace``, reached at ``<service>.<namespace>.svc``: the worker runs in the
     cluster (or resolves its services). Deleted when the variant is done; the teardown and
-    the janitor delete what is left, by label. docs/provisioning.md ("Kubernetes") says what was not run
-    against a cluster here."""
+    the janitor delete what is left, by label. docs/provisioning.md ("Kubernetes") says what
+    was not run against a cluster here."""
 
     kind: Literal["kubernetes"]
     namespace: str = Field("default", pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

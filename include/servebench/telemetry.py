@@ -7,8 +7,8 @@ KV-cache usage, running and waiting requests) are sampled every ``SAMPLE_INTERVA
 thread while the cell runs (:class:`GaugeSampler`; the thread only fetches, the text is parsed
 after the cell so the load generator's event loop is not held up) and summarized over the
 measured window as a peak and a mean (:func:`engine_telemetry`); preemptions and speculative
-acceptance come from the counters' deltas. The prefix-cache hit rate of a cell is cached prompt tokens
-over all prompt tokens: from the deltas of the counters each stack adapter declares
+acceptance come from the counters' deltas. The prefix-cache hit rate of a cell is cached
+prompt tokens over all prompt tokens: from the deltas of the counters each stack adapter declares
 (``StackAdapter.prefix_cache_counters``) where the server exports them, else from the cell's
 measured responses' ``usage.prompt_tokens_details.cached_tokens`` (a hosted API has no
 ``/metrics``).

@@ -9,10 +9,10 @@ and ``warmup`` for a cell's warm-up), so no cell re-sends another cell's prompts
 that has cached them -- nor another run's (:func:`draw_prompt_seed`) -- and the same key gives
 the same prompts for every stack of the run, and again to reproduce it. The lengths (a
 ``chat_lengths`` draw) are seeded by the sampling seed and the workload alone: every cell of a
-workload sends the same lengths, every night. Each :class:`PromptItem` says how many of its tokens the workload means
-to share with an earlier prompt of its cell (``shared_tokens``): a shared-prefix group's prefix,
-a conversation's history, nothing else -- what ``metrics.prefix_cache_reuse_reason`` holds a
-cell's measured prefix-cache hit rate to.
+workload sends the same lengths, every night. Each :class:`PromptItem` says how many of its
+tokens the workload means to share with an earlier prompt of its cell (``shared_tokens``): a
+shared-prefix group's prefix, a conversation's history, nothing else -- what
+``metrics.prefix_cache_reuse_reason`` holds a cell's measured prefix-cache hit rate to.
 """
 
 from __future__ import annotations

@@ -34,8 +34,8 @@ local default; ``requirements-vllm.txt``), which differs only where it must:
   build sizes its cache from it, not from ``--gpu-memory-utilization``;
 * threads: a variant's ``threads`` N becomes ``OMP_NUM_THREADS`` (``VLLM_CPU_OMP_THREADS_BIND=
   nobind``) and the server's processes (API server, engine core, worker) run on the first N
-  cores the worker may use (``taskset``), leaving the others to the load generator; without it vLLM binds its own (one
-  core per rank, reserving one);
+  cores the worker may use (``taskset``), leaving the others to the load generator; without
+  it vLLM binds its own (one core per rank, reserving one);
 * dtype: the CPU build computes in float32 or bfloat16; the local variants say which.
 
 Checked against v0.32.0 too, by parsing every command line the adapter renders with that

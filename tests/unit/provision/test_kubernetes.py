@@ -1,5 +1,6 @@
 """The kubernetes provisioner's manifests, rendered from each stack's container: what the
-cluster would be asked to run. (Not run against a cluster here: see docs/provisioning.md, "Kubernetes".)"""
+cluster would be asked to run. (Not run against a cluster here: see
+docs/provisioning.md, "Kubernetes".)"""
 
 import datetime as dt
 
