@@ -1,7 +1,8 @@
 """Nightly benchmark of the serving stacks named in a sweep spec.
 
 plan -> provision (setup) -> bench every (target, variant) -> teardown (always)
--> publish Parquet -> detect regressions against the nights before -> digest. The logic lives in ``servebench.pipeline``; this file wires it.
+-> publish Parquet -> detect regressions against the nights before -> digest. The logic lives
+in ``servebench.pipeline``; this file wires it.
 Trigger with ``{"sweep": "include/sweeps/<name>.yaml"}`` to run another sweep.
 """
 
@@ -10,12 +11,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, get_current_context, setup, task, teardown
-
-DEFAULT_SWEEP = "include/sweeps/local.yaml"
+from servebench.defaults import DEFAULT_SWEEP, NIGHTLY_DAG_ID
 
 
 @dag(
-    dag_id="nightly_benchmark",
+    dag_id=NIGHTLY_DAG_ID,
     schedule="0 2 * * *",  # 02:00 UTC: results and digest are ready before the team's morning
     start_date=datetime(2026, 1, 1),
     catchup=False,  # a missed night is not worth a backfill of GPU hours
@@ -35,7 +35,7 @@ def nightly_benchmark():
 
     @task
     def units(plan: dict) -> list[dict]:
-        return plan["units"]  # one mapped bench task per (target, variant)
+        return plan["units"]  # one mapped bench task per unit: a (target, variant)
 
     # every task that holds an instance has a time limit: a hung call must not keep a GPU
     @setup
@@ -55,19 +55,19 @@ def nightly_benchmark():
 
     @teardown
     @task(execution_timeout=timedelta(minutes=30))
-    def release(provisioned: dict | None, plan: dict | None, run_id=None) -> dict:
-        from servebench.pipeline import release_run
+    def teardown_hosts(provisioned: dict | None, plan: dict | None, run_id=None) -> dict:
+        from servebench.pipeline import teardown_run
 
-        return release_run(provisioned, run_id, plan)  # with the phase times the runs row keeps
+        return teardown_run(provisioned, run_id, plan)  # with the phase times the runs row keeps
 
     # all_done: a unit that crashed becomes failed cells with a reason, never a missing row
     @task(trigger_rule="all_done")
-    def publish(plan: dict, released: dict | None, run_id=None, dag_run=None) -> dict:
+    def publish(plan: dict, torn_down: dict | None, run_id=None, dag_run=None) -> dict:
         from servebench.pipeline import aggregate_and_publish
 
         logical = get_current_context().get("logical_date") or dag_run.run_after
         return aggregate_and_publish(plan, run_id, logical, dag_run.dag_id,
-                                     started_at=dag_run.start_date, released=released)
+                                     started_at=dag_run.start_date, torn_down=torn_down)
 
     @task
     def detect(summary: dict) -> dict:
@@ -84,10 +84,10 @@ def nightly_benchmark():
     planned = plan()
     hosts = provision(planned)  # nothing is provisioned for a sweep that fails to plan
     benched = bench.partial(plan=planned, provisioned=hosts).expand(unit=units(planned))
-    released = release(hosts, planned)  # the argument links the teardown to its setup
-    benched >> released
+    torn_down = teardown_hosts(hosts, planned)  # the argument links the teardown to its setup
+    benched >> torn_down
     # after the teardown: the instances' billed time is final, and the cells are priced by it
-    published = publish(planned, released)
+    published = publish(planned, torn_down)
     benched >> published
     digest(detect(published))  # the digest leads with what tonight changed
 

@@ -23,7 +23,7 @@ _PUBLIC = {
     "SweepSpec": "servebench.config",
     "plan_run": "servebench.pipeline",
     "run_sweep": "servebench.pipeline",
-    "open_store": "servebench.pipeline",
+    "open_store": "servebench.connections",
     "load_history": "servebench.results.history",
     "ResultStore": "servebench.results.store",
     "ServebenchError": "servebench.errors",

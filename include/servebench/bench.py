@@ -18,11 +18,20 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from servebench.config import LoadPoint, LoadPoints, SweepSpec, TargetSpec, VariantSpec, Workload
+from servebench.config import (
+    LoadPoint,
+    LoadPoints,
+    SweepSpec,
+    TargetSpec,
+    VariantSpec,
+    Workload,
+)
 from servebench.cost import cost_fields
+from servebench.endpoint import Endpoint
 from servebench.errors import LaunchError
 from servebench.evals.runner import EvalOutcome, run_golden_set
 from servebench.loadgen.engine import LoadSpec, run_load_sync
+from servebench.loadgen.result import LoadResult
 from servebench.metrics import (
     Slo,
     ValidityChecks,
@@ -32,10 +41,12 @@ from servebench.metrics import (
     prefix_cache_reuse_reason,
     timing_unresolved_reason,
 )
+from servebench.plan import unit_id
 from servebench.provenance import file_sha256
-from servebench.provision.interface import Endpoint, Provisioner
+from servebench.provision.interface import Provisioner
 from servebench.settings import Settings
-from servebench.stacks.adapter import StackAdapter, get_stack
+from servebench.stacks import get_stack
+from servebench.stacks.adapter import StackAdapter
 from servebench.telemetry import (
     GaugeSampler,
     cell_prefix_cache_hit_rate,
@@ -122,8 +133,10 @@ def cell_id(target: str, variant: str, workload: str, point: LoadPoint) -> str:
     return f"{target}/{variant}/{workload}/{point.label}"
 
 
-def unit_id(target: str, variant: str) -> str:
-    return f"{target}--{variant}"
+def failed_cell(row: dict, reason: str) -> dict:
+    """A cell row that measured nothing: its identity (``cell_identity`` and what else is
+    known), failed, with why. Every failed cell is made here."""
+    return {**row, "status": "failed", "reason": reason}
 
 
 class VariantRunner:
@@ -141,6 +154,10 @@ class VariantRunner:
         on_cell: Callable[[dict], None] | None = None,
         repetition: int = 0,
         prompt_seed: int | None = None,
+        adapter: StackAdapter | None = None,
+        build_prompts: Callable[..., list[PromptItem]] = build_prompts,
+        run_load: Callable[..., LoadResult] = run_load_sync,
+        run_golden_set: Callable[..., EvalOutcome] = run_golden_set,
     ):
         self.spec, self.target, self.variant = spec, target, variant
         self.on_cell = on_cell  # told of each cell row as it is made (progress bars)
@@ -149,7 +166,13 @@ class VariantRunner:
         self.prompt_seed = draw_prompt_seed(spec.load.prompt_seed) if prompt_seed is None \
             else prompt_seed
         self.run_id, self.settings, self.provisioner = run_id, settings, provisioner
-        self.adapter: StackAdapter = get_stack(target.stack)
+        # the target's stack's adapter unless one is given (a test's, a wrapped one)
+        self.adapter: StackAdapter = adapter or get_stack(target.stack)
+        # the steps a cell and the golden set are made of (``workloads.build_prompts``,
+        # ``loadgen.run_load_sync``, ``evals.run_golden_set``): another's can be passed in, to
+        # wrap or to replace one (the fault tests kill the server inside one)
+        self._build_prompts, self._run_load, self._run_golden_set = \
+            build_prompts, run_load, run_golden_set
         self.hardware = provisioner.hardware(target)
         self.result = VariantResult()
         self._endpoint: Endpoint | None = None  # the variant's server, while it is measured
@@ -169,12 +192,14 @@ class VariantRunner:
             "hardware": self.hardware,
         }
 
-    def _failed_cells(self, reason: str, argv: list[str] | None, workloads=None) -> None:
-        for workload in workloads or self.spec.workloads:
+    def _failed_cells(self, reason: str, argv: list[str] | None) -> None:
+        for workload in self.spec.workloads:
             for point in self.spec.load.points():
-                row = self._base_row(workload.name, point, argv)
-                row.update(status="failed", reason=reason)
-                self._add_cell(row)
+                self._failed_cell(workload.name, point, argv, reason)
+
+    def _failed_cell(self, workload: str, point: LoadPoint, argv: list[str] | None,
+                     reason: str) -> None:
+        self._add_cell(failed_cell(self._base_row(workload, point, argv), reason))
 
     # -- run --------------------------------------------------------------------------------
     def run(self) -> VariantResult:
@@ -288,27 +313,24 @@ class VariantRunner:
             for point in self.spec.load.points():
                 died = self._server_died()
                 if died:  # nothing more can be measured on a dead port
-                    row = self._base_row(workload.name, point, endpoint.argv)
-                    row.update(status="failed", reason=f"the server had died: {_first(died)}")
-                    self._add_cell(row)
+                    self._failed_cell(workload.name, point, endpoint.argv,
+                                      f"the server had died: {_first(died)}")
                     continue
                 try:
                     cell = self._cell_prompts(workload, point, tokenizer)
                 except Exception as exc:  # this cell records why; the log keeps the rest
                     log.exception("workload %s could not be built for %s", workload.name,
                                   self.variant.name)
-                    row = self._base_row(workload.name, point, endpoint.argv)
-                    row.update(status="failed", reason=self._build_failure(exc))
-                    self._add_cell(row)
+                    self._failed_cell(workload.name, point, endpoint.argv,
+                                      self._build_failure(exc))
                     continue
                 try:
                     self._run_cell(endpoint, workload.name, point, cell)
                 except Exception as exc:  # one broken cell must not lose the others
                     log.exception("cell %s/%s/%s failed", self.variant.name, workload.name,
                                   point.label)
-                    row = self._base_row(workload.name, point, endpoint.argv)
-                    row.update(status="failed", reason=f"{type(exc).__name__}: {exc}")
-                    self._add_cell(row)
+                    self._failed_cell(workload.name, point, endpoint.argv,
+                                      f"{type(exc).__name__}: {exc}")
                     continue
                 died = self._server_died()
                 if died:  # it died under this cell: say so, whatever the requests showed
@@ -328,10 +350,10 @@ class VariantRunner:
         def build(rerun: int) -> list[PromptItem]:
             key = prompt_key(self.prompt_seed, workload.name, point.label,
                              repetition=self.repetition, rerun=rerun)
-            return build_prompts(workload, tokenizer, seed, root, key=key)
+            return self._build_prompts(workload, tokenizer, seed, root, key=key)
 
         warmup = self.spec.load.warmup_requests
-        warm = build_prompts(workload, tokenizer, seed, root, count=warmup, key=prompt_key(
+        warm = self._build_prompts(workload, tokenizer, seed, root, count=warmup, key=prompt_key(
             self.prompt_seed, workload.name, point.label, repetition=self.repetition,
             warmup=True)) if warmup else []
         return CellPrompts(warm, build(0), build)
@@ -365,7 +387,7 @@ class VariantRunner:
                                if self.adapter.engine_gauges.gauges() else None,
                                headers=endpoint.headers)
         with sampler:
-            load = run_load_sync(
+            load = self._run_load(
                 endpoint.base_url, endpoint.chat_path, bodies(sent["items"]), load_spec,
                 warmup=warmup, cell_id=cid, timeout_s=self.spec.load.request_timeout_s,
                 headers=endpoint.headers,
@@ -445,16 +467,20 @@ class VariantRunner:
         for index, name in enumerate(self.target.golden_sets):
             ref = self.spec.golden_set(name)
             try:
-                outcome = run_golden_set(
+                outcome = self._run_golden_set(
                     ref, adapter=self.adapter, endpoint=endpoint,
                     sampling=self.spec.sampling, variant=self.variant, settings=self.settings,
                     cell_prefix=unit_id(self.target.name, self.variant.name),
                 )
             except Exception as exc:  # the perf rows stay, but cannot count as comparable
                 log.exception("golden set %s failed on %s", name, self.variant.name)
-                if index == 0:
-                    self._without_quality(f"golden set {name} failed: {type(exc).__name__}: "
-                                          f"{exc}")
+                failure = f"golden set {name} failed: {type(exc).__name__}: {exc}"
+                if index == 0:  # the headline quality number
+                    self._without_quality(failure)
+                # every one is kept with the unit (a later set's too: no cell carries it)
+                unit = self.result.unit
+                unit["golden_failures"] = "; ".join(filter(None, [unit.get("golden_failures"),
+                                                                   failure]))
                 continue
             outcomes.append(outcome)
             for item in outcome.rows:

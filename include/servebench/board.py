@@ -148,7 +148,7 @@ def create_app(settings: Settings | None = None):
                   dependencies=[Depends(requires_access_dag("GET", DagAccessEntity.RUN))])
 
     def store() -> ResultStore:
-        from servebench.pipeline import open_store
+        from servebench.connections import open_store
         from servebench.settings import get_settings
 
         return open_store(settings or get_settings())

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from servebench.defaults import NIGHTLY_DAG_ID
 from servebench.errors import SpecError
 from servebench.notify.digest import fmt_num, gate_lines, summary_table
 from servebench.settings import get_settings
@@ -45,7 +46,7 @@ def _validate(sweep: str | None) -> int:
 
 
 def _summary(run_id: str | None, require_ok: bool) -> int:
-    from servebench.pipeline import open_store
+    from servebench.connections import open_store
 
     settings = get_settings()
     store = open_store(settings)
@@ -144,7 +145,7 @@ CELL_KEY = ["target", "variant", "workload", "load_point"]
 def compare_runs(run_a: str, run_b: str) -> Table:
     """Cell by cell: each compared statistic a -> b with its change, both statuses and gate
     verdicts (cells present in one run only are listed with '-' on the other side)."""
-    from servebench.pipeline import open_store
+    from servebench.connections import open_store
 
     store = open_store(get_settings())
     cells = store.read_table("cells", run_ids=[run_a, run_b]).to_pandas()
@@ -178,7 +179,7 @@ def history_table(metric: str, target: str | None, variant: str | None, since: s
     """The newest ``limit`` ok cells' ``metric`` over committed runs, via DuckDB."""
     import pyarrow as pa
 
-    from servebench.pipeline import open_store
+    from servebench.connections import open_store
     from servebench.results.history import duckdb_connection
     from servebench.results.schema import CELLS
 
@@ -223,19 +224,19 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
                         MofNCompleteColumn(), console=console)
     bars: dict[str, int] = {}
 
-    def on_units(plan: dict) -> None:
-        bars["units"] = progress.add_task("units", total=len(plan["units"]))
-        bars["cells"] = progress.add_task("cells", total=plan["n_cells"])
+    def on_units(plan) -> None:
+        bars["units"] = progress.add_task("units", total=len(plan.units))
+        bars["cells"] = progress.add_task("cells", total=plan.n_cells)
         progress.start()
 
     # SIGTERM (a CI timeout, `kill`) unwinds like Ctrl-C, so every server the run started is
-    # stopped and its hosts released on the way out
+    # stopped and its hosts torn down on the way out
     previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         summary = pipeline.run_sweep(
             sweep, run_id, on_units=on_units, on_units_done=progress.stop,
             on_unit=lambda unit: progress.update(bars["units"],
-                                                 description=f"unit {unit['unit_id']}"),
+                                                 description=f"unit {unit.unit_id}"),
             on_unit_done=lambda unit: progress.advance(bars["units"]),
             on_cell=lambda row: progress.update(
                 bars["cells"], advance=1, description=f"cell {row['cell_id']}: {row['status']}"))
@@ -245,12 +246,12 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
     except KeyboardInterrupt as exc:
         progress.stop()
         print(f"interrupted ({exc or 'SIGINT'}): the run's servers are stopped and its hosts "
-              "released; nothing was published", file=sys.stderr)
+              "torn down; nothing was published", file=sys.stderr)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
-    if summary["released"]:
-        print(f"released what the run left: {summary['released']}", file=sys.stderr)
+    if summary["stopped"]:
+        print(f"the teardown stopped what the run left: {summary['stopped']}", file=sys.stderr)
     print(f"digest: {summary['digest']}")
     return _summary(summary["run_id"], require_ok=False)
 
@@ -275,7 +276,7 @@ app.command("plan", hidden=True)(validate)  # its name before `validate`
 @app.command("spec-reference")
 def spec_reference_command():
     """Print every sweep-spec field (path, type, default, meaning) as a Markdown table."""
-    from servebench.config import spec_reference
+    from servebench.spec_reference import spec_reference
 
     print(spec_reference(), end="")
 
@@ -335,14 +336,14 @@ def trends_replay(history: str = typer.Argument(..., help="Parquet: series_id, m
 
 @trends_app.command("redetect")
 def trends_redetect(sweep: str = typer.Argument(..., help="the sweep's name (its `name:`)"),
-                    dag: str = typer.Option("nightly_benchmark", "--dag", help="DAG id"),
+                    dag: str = typer.Option(NIGHTLY_DAG_ID, "--dag", help="DAG id"),
                     since: str = typer.Option(None, "--since",
                                               help="first night to judge again (YYYY-MM-DD)")):
     """Judge a sweep's committed nights again, oldest first, as the nightly detect task does
     (after an annotation written late, or a new detector); each night's regressions replaced."""
     import datetime as dt
 
-    from servebench.pipeline import redetect
+    from servebench.trends.judge import redetect
 
     try:
         first = dt.date.fromisoformat(since) if since else None

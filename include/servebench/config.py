@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import types
-import typing
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -250,9 +248,9 @@ class CrossStackGroup(_Strict):
 
 
 class VariantOptions(_Strict):
-    """One way of serving a target's model: what every stack takes. Each stack adapter declares
-    its own options model (``StackAdapter.options``): this plus the knob groups below that it
-    honours, so a knob a stack lacks is an error naming the field when the spec is read."""
+    """One way of serving a target's model: what every stack takes. Each stack has its own
+    options model (``STACK_OPTIONS``): this plus the knob groups below that it honours, so a
+    knob a stack lacks is an error naming the field when the spec is read."""
 
     name: str
     model: str = Field(description="model file or directory (local stacks) or hub id")
@@ -303,6 +301,44 @@ class GpuOptions(BaseModel):
     tensor_parallel_size: int = Field(1, ge=1, le=64)
     speculative: SpeculativeSpec | None = None
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
+
+
+class LlamaCppVariant(VariantOptions, ThreadsOption, ContainerOption):
+    """What a llama.cpp variant may set (a GGUF file, CPU threads, the server image)."""
+
+
+class TransformersVariant(VariantOptions, ThreadsOption, DtypeOption):
+    """What a transformers serve variant may set (a local checkpoint, CPU threads, dtype)."""
+
+
+class HfGpuVariant(VariantOptions, DtypeOption, ContainerOption, GpuOptions):
+    """What a variant of a GPU engine may set."""
+
+
+class VllmVariant(HfGpuVariant, ThreadsOption):
+    """What a vLLM variant may set: the GPU engines' knobs, and ``threads`` for the CPU
+    build."""
+
+
+# Each stack's options model, by stack name: what a variant of that stack may set. Declared
+# here, beside the knob groups, so the spec validates itself without importing the adapters
+# (which import the spec). A hosted API takes VariantOptions alone: its serving configuration
+# (dtype, KV cache, parallelism, image) is the provider's. A test keeps these names equal to
+# the registered adapters'.
+STACK_OPTIONS: dict[str, type[VariantOptions]] = {
+    "llama_cpp": LlamaCppVariant,
+    "transformers": TransformersVariant,
+    "vllm": VllmVariant,
+    "sglang": HfGpuVariant,
+    "tgi": HfGpuVariant,
+    "trtllm": HfGpuVariant,
+    "openai_api": VariantOptions,
+}
+
+
+def stack_options(name: str) -> type[VariantOptions] | None:
+    """The options model of stack ``name`` (None: no such stack)."""
+    return STACK_OPTIONS.get(name)
 
 
 class VariantSpec(GpuOptions, ContainerOption, DtypeOption, ThreadsOption, VariantOptions):
@@ -448,8 +484,6 @@ class TargetSpec(_Strict):
         the plan's to report)."""
         if not isinstance(data, dict) or not isinstance(data.get("variants"), list):
             return data
-        from servebench.stacks import stack_options  # the adapters import this module
-
         options = stack_options(str(data.get("stack")))
         if options is None:
             return data
@@ -551,48 +585,6 @@ class SweepSpec(_Strict):
         return next(t for t in self.targets if t.name == name)
 
 
-# how a sweep's history is judged and reported: not what any cell measured
-_NOT_MEASURED = ("description", "trends", "cross_stack")
-
-
-def cell_spec(spec: dict, *, target: str, variant: str, workload: str | None) -> dict[str, str]:
-    """The part of a sweep spec (its JSON form, as runs store it) that one cell measured, as
-    ``{"variant.max_num_seqs": "4", "load.concurrency": "[1, 4]", ...}``: the run-wide
-    settings, its target without the other variants, its variant, and its workload (all of
-    them where ``workload`` is None: a variant-wide alert). A change elsewhere in the sweep --
-    another variant's knob, the alert floor -- is no cause of this cell's change."""
-    flat: dict[str, str] = {}
-    for key, value in spec.items():
-        if key in _NOT_MEASURED or key == "targets":
-            continue
-        if key == "workloads" and workload is not None:
-            value = [w for w in value if isinstance(w, dict) and w.get("name") == workload]
-        _flatten(value, key, flat)
-    for t in spec.get("targets") or []:
-        if t.get("name") != target:
-            continue
-        _flatten({k: v for k, v in t.items() if k != "variants"}, "target", flat)
-        for v in t.get("variants") or []:
-            if v.get("name") == variant:
-                _flatten(v, "variant", flat)
-    return flat
-
-
-def _flatten(value: object, path: str, out: dict[str, str]) -> None:
-    """Dotted paths to leaf values; a list of named items is keyed by name (``workloads[chat]``),
-    any other list is one leaf."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _flatten(item, f"{path}.{key}", out)
-    elif (isinstance(value, list) and value
-          and all(isinstance(i, dict) and "name" in i for i in value)):
-        for item in value:
-            _flatten({k: v for k, v in item.items() if k != "name"}, f"{path}[{item['name']}]",
-                     out)
-    else:
-        out[path] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
 def _field_path(loc: tuple, data: object) -> str:
     """Turn a pydantic error location into ``targets[0](name=x).variants[1].quant``."""
     parts: list[str] = []
@@ -637,88 +629,3 @@ def load_sweep(path: str | Path) -> SweepSpec:
     except yaml.YAMLError as exc:
         raise SpecError(f"{path}: not valid YAML: {exc}") from None
     return parse_sweep(data, str(path))
-
-
-def spec_reference() -> str:
-    """Every field of a sweep spec as a Markdown table (path, type, default, what it is), read
-    off the models themselves: docs/spec-reference.md is this text (a test keeps them equal),
-    and
-    ``servebench spec-reference`` prints it for the installed version."""
-    from servebench.stacks import known_stacks, stack_options
-
-    rows: list[tuple[str, str, str, str]] = []
-    # a variant knob not every stack takes says which do
-    takers = {name: [st for st in known_stacks() if name in stack_options(st).model_fields]
-              for name in VariantSpec.model_fields if name not in VariantOptions.model_fields}
-
-    def walk(model: type[BaseModel], prefix: str, union: bool = False) -> None:
-        for name, field in model.model_fields.items():
-            if union and name == "kind":
-                continue  # its row is the member's own
-            path = f"{prefix}{name}"
-            members = _models_in(field.annotation)
-            if field.is_required():
-                default = "required"
-            else:
-                value = field.get_default(call_default_factory=True)
-                default = ("" if isinstance(value, BaseModel)
-                           else json.dumps(value) if value is not None else "none")
-            about = (field.description or "").replace("|", "\\|")
-            if model is VariantSpec and name in takers:
-                about = f"({', '.join(takers[name])}) {about}".rstrip()
-            if members and len(members) == 1:
-                rows.append((path, _type_name(field.annotation), default,
-                             about or _first_line(members[0].__doc__)))
-                walk(members[0], f"{path}{'[].' if _is_list(field.annotation) else '.'}")
-            elif members:  # a union told apart by `kind`
-                for member in members:
-                    kind = member.model_fields["kind"].annotation.__args__[0]
-                    rows.append((f"{path} (kind: {kind})", _type_name(member), default,
-                                 _first_line(member.__doc__)))
-                    walk(member, f"{path}{'[].' if _is_list(field.annotation) else '.'}",
-                         union=True)
-            else:
-                rows.append((path, _type_name(field.annotation), default, about))
-
-    walk(SweepSpec, "")
-    lines = ["| field | type | default | meaning |", "|---|---|---|---|"]
-    lines += [" | ".join(["", f"`{p}`", _cell(t), _cell(d), a, ""]).strip()
-              for p, t, d, a in rows]
-    return "\n".join(lines) + "\n"
-
-
-def _type_name(annotation) -> str:
-    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
-    if origin is Annotated:
-        return _type_name(args[0])
-    if origin is Literal:
-        return " | ".join(json.dumps(a) for a in args)
-    if origin in (typing.Union, types.UnionType):
-        return " | ".join(_type_name(a) for a in args)
-    if origin is not None:
-        return f"{origin.__name__}[{', '.join(_type_name(a) for a in args)}]"
-    return "None" if annotation is type(None) else getattr(annotation, "__name__",
-                                                           str(annotation))
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|")
-
-
-def _first_line(doc: str | None) -> str:
-    return " ".join((doc or "").strip().split("\n\n")[0].split()).replace("|", "\\|")
-
-
-def _is_list(annotation) -> bool:
-    return typing.get_origin(annotation) is list
-
-
-def _models_in(annotation) -> list[type[BaseModel]]:
-    """The pydantic models an annotation holds (a model, a list of them, an optional one, a
-    union of them)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return [annotation]
-    found: list[type[BaseModel]] = []
-    for arg in typing.get_args(annotation):
-        found += [m for m in _models_in(arg) if m not in found]
-    return found

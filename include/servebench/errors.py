@@ -16,7 +16,9 @@
     |   |-- SchemaError      rows that do not fit a result table
     |   |-- ContractError    a batch that broke the data contract (the rendered report)
     |   `-- PublishConflict  another publish of the run still holds its lease
-    |-- ReleaseError     instances could not be terminated (the janitor retries them)
+    |-- TeardownError    instances could not be terminated (the janitor retries them)
+    |-- NotificationError  a digest or verdict could not be announced (said, never raised
+    |                    past ``notify.notifier.announce``)
     `-- ReleaseGateFailed  a release gate's candidate regressed (the DAG run fails on it)
 
 Each kind also derives from the builtin it always was (``ValueError`` for bad input,
@@ -27,10 +29,13 @@ Slack failure is logged and returned by the digest task (docs/faults.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from servebench.results.contract import ContractReport
+
+class Rendered(Protocol):
+    """What a report must offer to become an error's message (the contract's report)."""
+
+    def render(self) -> str: ...
 
 
 class ServebenchError(Exception):
@@ -91,7 +96,7 @@ class SchemaError(PublishError, ValueError):
 class ContractError(PublishError, ValueError):
     """A run broke its data contract; the message is the rendered report."""
 
-    def __init__(self, report: ContractReport) -> None:
+    def __init__(self, report: Rendered) -> None:
         super().__init__(report.render())
         self.report = report
 
@@ -100,8 +105,12 @@ class PublishConflict(PublishError):
     """Another publish of the run still held its lease after the wait."""
 
 
-class ReleaseError(ServebenchError, RuntimeError):
+class TeardownError(ServebenchError, RuntimeError):
     """Instances could not be terminated (the janitor will retry them)."""
+
+
+class NotificationError(ServebenchError, RuntimeError):
+    """A notifier (Slack) could not deliver; the message says where and why."""
 
 
 class ReleaseGateFailed(ServebenchError, RuntimeError):

@@ -14,6 +14,7 @@ import datetime as dt
 import logging
 from collections.abc import Callable
 
+from servebench.defaults import CLI_DAG_ID
 from servebench.results.schema import rows_to_table
 from servebench.settings import Settings, get_settings
 
@@ -25,8 +26,6 @@ LIVE_RUN_STATES = ["queued", "running"]
 def airflow_run_is_live(count_runs: Callable[..., int]) -> Callable[[str, str], bool]:
     """``run_is_live(dag_id, run_id)`` from Airflow's count of DAG runs (the task instance's
     ``get_dr_count``: the Task SDK's way to ask the API server, not the metadata DB)."""
-    from servebench.pipeline import CLI_DAG_ID  # the pipeline imports this module
-
     def run_is_live(dag_id: str, run_id: str) -> bool:
         if dag_id == CLI_DAG_ID:
             return True  # no Airflow run to ask about: expires_at decides
@@ -38,7 +37,7 @@ def sweep_instances(run_is_live: Callable[[str, str], bool], janitor_run_id: str
                     settings: Settings | None = None, now: dt.datetime | None = None) -> list[dict]:
     """Every provision kind reaps what no run should still hold (ec2 instances, kubernetes
     pods); what was ended is recorded; the rows."""
-    from servebench.pipeline import open_store  # the pipeline imports this module
+    from servebench.connections import open_store
     from servebench.provision import get_provisioner, provision_kinds
 
     settings = settings or get_settings()

@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from servebench.defaults import DEFAULT_SWEEP
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 LLAMA_CPP_VERSION = "0.3.36"  # llama-cpp-python sdist whose vendored llama.cpp we build
 # its build flavour: AMX tile kernels compiled out (scripts/build_llama_cpp.sh says why)
@@ -29,7 +31,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SERVEBENCH_", extra="ignore")
 
     project_root: Path = Field(PROJECT_ROOT, description="root that relative spec paths use")
-    sweep: str = Field("include/sweeps/local.yaml", description="default sweep spec")
+    sweep: str = Field(DEFAULT_SWEEP, description="default sweep spec")
     results_uri: str = Field(
         str(PROJECT_ROOT / "data"), description="local folder or s3://bucket/prefix"
     )

@@ -23,7 +23,7 @@ from servebench.config import SweepSpec, TargetSpec, VariantSpec
 from servebench.errors import LaunchError
 from servebench.provision.local import LocalProvisioner
 from servebench.settings import Settings
-from servebench.stacks.adapter import get_stack
+from servebench.stacks import get_stack
 
 log = logging.getLogger(__name__)
 

@@ -124,7 +124,7 @@ def llama_server(tmp_path_factory):
     from servebench.config import parse_sweep
     from servebench.provision.local import LocalProvisioner
     from servebench.settings import get_settings
-    from servebench.stacks.adapter import get_stack
+    from servebench.stacks import get_stack
 
     settings = get_settings()
     spec = parse_sweep({**yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml")

@@ -7,13 +7,13 @@ Runs through the VariantRunner the DAG uses (needs `make setup`).
 
 import pytest
 import yaml
-from servebench import bench
 from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
 from servebench.metrics import PREFIX_CACHE_TOLERANCE
 from servebench.provision.local import LocalProvisioner
-from servebench.release import ReleaseGateParams, run_repetitions
+from servebench.release_gate import ReleaseGateParams, run_repetitions
 from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.workloads import build_prompts
 
 pytestmark = pytest.mark.integration
 
@@ -33,11 +33,12 @@ def _spec():
     return parse_sweep(data, "test")
 
 
-def _cells(tmp_path):
+def _cells(tmp_path, **steps):
     spec = _spec()
     target = spec.targets[0]
     result = VariantRunner(spec, target, target.variants[0], run_id="t",
-                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path)).run()
+                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path),
+                           **steps).run()
     return {c["concurrency"]: c for c in result.cells}
 
 
@@ -54,11 +55,13 @@ def test_a_later_cell_does_not_measure_an_earlier_cells_cache(tmp_path):
     assert cells[1]["prompt_key"] != cells[4]["prompt_key"]
 
 
-def test_a_cell_that_resends_prompts_is_invalid(tmp_path, monkeypatch):
-    # on purpose: every cell (and its warm-up) draws from one key, as before prompts
-    # belonged to their cell
-    monkeypatch.setattr(bench, "prompt_key", lambda seed, workload, point, **_: "same")
-    cells = _cells(tmp_path)
+def test_a_cell_that_resends_prompts_is_invalid(tmp_path):
+    # on purpose: every cell (and its warm-up) draws from one key, as before prompts belonged
+    # to their cell
+    def one_key(*args, key, **kwargs):
+        return build_prompts(*args, key="same", **kwargs)
+
+    cells = _cells(tmp_path, build_prompts=one_key)
     reused = cells[4]
     assert reused["status"] == "invalid"
     assert "prefix_cache_reuse: hit rate" in reused["reason"]

@@ -211,7 +211,7 @@ def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
     again = Ec2Provisioner.acquire("retry-run", spec.targets, get_settings(), dag_id="d")
     assert first["adder-gpu"]["instance_id"] == again["adder-gpu"]["instance_id"]
     assert len(_instances(ec2, run_id="retry-run")) == 1
-    released = Ec2Provisioner.attach("retry-run", None, get_settings()).release()
+    released = Ec2Provisioner.attach("retry-run", None, get_settings()).teardown()
     assert released == [first["adder-gpu"]["instance_id"]]
     assert _live(ec2, run_id="retry-run") == []
     # a retry after that instance ended (the failed try cleaned up) launches the next attempt
@@ -221,7 +221,7 @@ def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
                if i["InstanceId"] == third["adder-gpu"]["instance_id"]]
     tags = {t["Key"]: t["Value"] for t in fresh["Tags"]}
     assert tags["launch_token"] == client_token("retry-run", "adder-gpu", 1)
-    Ec2Provisioner.attach("retry-run", third, get_settings()).release()
+    Ec2Provisioner.attach("retry-run", third, get_settings()).teardown()
 
 
 def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch):
@@ -239,7 +239,7 @@ def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch
     dag_run = dag.test(run_conf={"sweep": _sweep(aws, local_sweep, "bench-fails",
                                                  variants=("f16",))})
     states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
-    assert states["bench"] == "failed" and states["release"] == "success", states
+    assert states["bench"] == "failed" and states["teardown_hosts"] == "success", states
     [instance] = _instances(ec2, run_id=dag_run.run_id)
     assert instance["State"]["Name"] == "terminated"
     # the unit's cells are failed rows with a reason, not missing ones
@@ -270,7 +270,7 @@ def test_a_spot_interruption_fails_the_variant_with_the_instance_reason(aws, loc
     assert cell["status"] == "invalid"  # measured, but no quality number from a dead host
     assert f"instance {iid} is " in cell["reason"], cell["reason"]
     assert result.evals == []
-    assert Ec2Provisioner.attach("spot-run", state, get_settings()).release() == []
+    assert Ec2Provisioner.attach("spot-run", state, get_settings()).teardown() == []
 
 
 def test_a_full_instance_quota_waits_then_fails_before_launching(aws, local_sweep):
@@ -286,9 +286,9 @@ def test_a_full_instance_quota_waits_then_fails_before_launching(aws, local_swee
     with pytest.raises(LaunchError, match=r"no g6.xlarge free within max_instances=1"):
         Ec2Provisioner.acquire("quota-run", spec.targets, get_settings(), dag_id="d")
     assert _instances(ec2, run_id="quota-run") == []  # nothing launched over the quota
-    Ec2Provisioner.attach("quota-holder", None, get_settings()).release()
+    Ec2Provisioner.attach("quota-holder", None, get_settings()).teardown()
     state = Ec2Provisioner.acquire("quota-run", spec.targets, get_settings(), dag_id="d")
-    assert Ec2Provisioner.attach("quota-run", state, get_settings()).release() == [
+    assert Ec2Provisioner.attach("quota-run", state, get_settings()).teardown() == [
         state["adder-gpu"]["instance_id"]]
 
 
@@ -325,7 +325,7 @@ def test_a_throttled_launch_is_retried_a_bounded_number_of_times(aws, local_swee
     faults["run_instances"] = ["RequestLimitExceeded"] * 2
     state = Ec2Provisioner.acquire("throttled", spec.targets, get_settings(), dag_id="d")
     assert calls["run_instances"] == 3  # two throttled, the third launched
-    Ec2Provisioner.attach("throttled", state, get_settings()).release()
+    Ec2Provisioner.attach("throttled", state, get_settings()).teardown()
     faults["run_instances"] = ["RequestLimitExceeded"] * (API_MAX_ATTEMPTS + 3)
     calls.clear()
     with pytest.raises(Exception, match="RequestLimitExceeded"):
@@ -357,15 +357,15 @@ def test_a_failing_terminate_fails_the_teardown_by_name_and_the_janitor_ends_it(
         aws, local_sweep, ec2_faults):
     from servebench.config import load_sweep
     from servebench.janitor import sweep_instances
-    from servebench.provision.ec2 import Ec2Provisioner, ReleaseError
+    from servebench.provision.ec2 import Ec2Provisioner, TeardownError
 
     ec2 = aws[0]
     faults, _ = ec2_faults
     spec = load_sweep(_sweep(aws, local_sweep, "stuck", variants=("f16",)))
     state = Ec2Provisioner.acquire("stuck", spec.targets, get_settings(), dag_id="d")
     faults["terminate_instances"] = ["UnauthorizedOperation"]
-    with pytest.raises(ReleaseError, match="UnauthorizedOperation"):
-        Ec2Provisioner.attach("stuck", state, get_settings()).release()
+    with pytest.raises(TeardownError, match="UnauthorizedOperation"):
+        Ec2Provisioner.attach("stuck", state, get_settings()).teardown()
     assert len(_live(ec2, run_id="stuck")) == 1
     # the next janitor run: the DAG run "d"/"stuck" is not running
     rows = sweep_instances(lambda dag_id, run_id: run_id != "stuck", "janitor-after-stuck")
@@ -404,9 +404,9 @@ def _kill_when(proc: subprocess.Popen, ready, seen: list[str],
 
 
 def test_runs_killed_at_each_stage_leave_nothing_after_the_janitor(aws, local_sweep):
+    from servebench.connections import open_store
     from servebench.janitor import recently_reaped
     from servebench.notify.digest import reaped_lines
-    from servebench.pipeline import open_store
 
     ec2, hosts, *_ = aws
     sweep = _sweep(aws, local_sweep, "killed", variants=("f16",), num_requests=2000)
@@ -454,7 +454,7 @@ def test_runs_killed_at_each_stage_leave_nothing_after_the_janitor(aws, local_sw
     while any(hosts.running_servers().get(r["instance_id"]) for r in reaped.values()):
         assert time.monotonic() < deadline, hosts.running_servers()
         time.sleep(0.2)
-    Ec2Provisioner.attach("cli-current", None, get_settings()).release()
+    Ec2Provisioner.attach("cli-current", None, get_settings()).teardown()
 
 
 def _serving(hosts: StandInHosts) -> bool:

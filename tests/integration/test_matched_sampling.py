@@ -64,7 +64,7 @@ def test_prefix_cache_hits_with_caching_on_and_not_off(tmp_path):
     assert off["prefix_cache_hit_rate"] < 0.2, off["prefix_cache_hit_rate"]
 
 
-def test_a_variant_that_cannot_launch_is_failed_cells_with_the_log(tmp_path, monkeypatch):
+def test_a_variant_that_cannot_launch_is_failed_cells_with_the_log(tmp_path):
     bad = tmp_path / "models" / "broken.gguf"
     bad.parent.mkdir()
     bad.write_bytes(b"GGUF but not really a model")
@@ -84,18 +84,19 @@ def test_open_loop_cell_at_a_poisson_rate(tmp_path):
     assert 0.15 < measured[-1] - measured[0] < 2.0
 
 
-def test_a_golden_set_that_cannot_run_leaves_perf_rows_without_validity(tmp_path, monkeypatch):
-    import servebench.bench as runner_module
-
+def test_a_golden_set_that_cannot_run_leaves_perf_rows_without_validity(tmp_path):
     def broken(*args, **kwargs):
         raise ConnectionError("server went away mid-eval")
 
-    monkeypatch.setattr(runner_module, "run_golden_set", broken)
     spec = _spec()
     target = spec.targets[0].model_copy(update={"golden_sets": ["addition"]})
     runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
-                           provisioner=LocalProvisioner(tmp_path))
-    [cell] = runner.run().cells
+                           provisioner=LocalProvisioner(tmp_path), run_golden_set=broken)
+    result = runner.run()
+    [cell] = result.cells
     assert cell["status"] == "invalid"
     assert cell["reason"].startswith("no quality number: golden set addition failed")
     assert cell["ttft_ms_p50"] > 0  # the measurement itself is kept
+    # stored with the unit too, where a later golden set's failure is the only trace of it
+    assert result.unit["golden_failures"] == ("golden set addition failed: ConnectionError: "
+                                              "server went away mid-eval")

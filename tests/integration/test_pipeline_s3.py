@@ -6,7 +6,7 @@ import json
 
 import pytest
 import yaml
-from servebench import pipeline
+from servebench import connections, pipeline
 from servebench.results.store import ResultStore
 from servebench.settings import PROJECT_ROOT
 
@@ -77,7 +77,7 @@ def test_store_takes_credentials_and_endpoint_from_the_airflow_connection(s3_end
     from servebench.results.schema import rows_to_table
     from servebench.settings import get_settings
 
-    store = pipeline.open_store(get_settings())
+    store = connections.open_store(get_settings())
     assert "conn-secret" not in repr(store)
     store.publish(RUN, "2026-11-30", {"runs": rows_to_table("runs", [
         {"run_id": RUN, "run_date": "2026-11-30"}])})

@@ -18,7 +18,7 @@ import yaml
 from servebench.config import parse_sweep
 from servebench.provision.local import LocalProvisioner
 from servebench.settings import PROJECT_ROOT, get_settings
-from servebench.stacks.adapter import get_stack
+from servebench.stacks import get_stack
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,10 @@ import pytest
 import yaml
 from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
+from servebench.evals.runner import run_golden_set
 from servebench.provision.local import LocalProvisioner
 from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.workloads import build_prompts
 
 pytestmark = pytest.mark.integration
 
@@ -64,39 +66,33 @@ def test_a_server_killed_mid_run_fails_its_cells_with_the_signal(tmp_path):
     assert not list(tmp_path.glob("*.server.json"))
 
 
-def test_a_server_killed_while_its_workload_is_built_says_so(tmp_path, monkeypatch):
+def test_a_server_killed_while_its_workload_is_built_says_so(tmp_path):
     """The prompts are built with the server's own tokenizer: a server that dies then fails
     the build with a reset connection, and the cells say how the server died (seen in CI on
     a slow host, where the kill above landed before the first cell)."""
-    import servebench.bench as runner_module
-
     spec = _spec()
     target = spec.targets[0]
-    real = runner_module.build_prompts
 
     def killed_first(*args, **kwargs):
         pid = json.loads(next(tmp_path.glob("*.server.json")).read_text())["pid"]
         os.killpg(pid, signal.SIGKILL)  # no wait: the build meets the dying server
-        return real(*args, **kwargs)
+        return build_prompts(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module, "build_prompts", killed_first)
     result = VariantRunner(spec, target, target.variants[0], run_id="t",
-                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path)).run()
+                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path),
+                           build_prompts=killed_first).run()
     assert [c["status"] for c in result.cells] == ["failed", "failed"]
     assert all(c["reason"] == "the server had died: llama--v killed by SIGKILL (-9)"
                for c in result.cells), [c["reason"] for c in result.cells]
     assert result.evals == [] and not list(tmp_path.glob("*.server.json"))
 
 
-def test_a_server_killed_during_the_golden_set_leaves_no_accuracy(tmp_path, monkeypatch):
-    import servebench.bench as runner_module
-
+def test_a_server_killed_during_the_golden_set_leaves_no_accuracy(tmp_path):
     data = _spec().model_dump(mode="json")
     data["workloads"][0]["num_requests"] = 8  # the perf cells end soon; the kill lands later
     data["load"]["concurrency"] = [2]
     spec = parse_sweep(data, "test")
     target = spec.targets[0]
-    real = runner_module.run_golden_set
 
     def killed_during(*args, **kwargs):  # the golden set starts: the server dies under it
         pid = json.loads(next(tmp_path.glob("*.server.json")).read_text())["pid"]
@@ -104,11 +100,11 @@ def test_a_server_killed_during_the_golden_set_leaves_no_accuracy(tmp_path, monk
         # after the last answer), and gone before the first question
         os.killpg(pid, signal.SIGKILL)
         time.sleep(0.5)
-        return real(*args, **kwargs)
+        return run_golden_set(*args, **kwargs)
 
-    monkeypatch.setattr(runner_module, "run_golden_set", killed_during)
     result = VariantRunner(spec, target, target.variants[0], run_id="t",
-                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path)).run()
+                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path),
+                           run_golden_set=killed_during).run()
     [cell] = result.cells
     # measured while the server lived, but without a quality number it is not comparable
     assert cell["n_ok"] == 8 and cell["status"] == "invalid"

@@ -104,7 +104,7 @@ def test_describe_exit_names_signals():
 
 
 def test_engine_version_in_provenance_names_the_build_flags():
-    from servebench.stacks.adapter import get_stack
+    from servebench.stacks import get_stack
 
     version = get_stack("llama_cpp").version(Settings())
     assert "llama-cpp-python==" in version and "-mno-amx-int8" in version

@@ -23,12 +23,12 @@ def _spec(build, base_url: str, served_model: str, **provision):
     return parse_sweep(data, "test")
 
 
-def _run(spec):
+def _run(spec, adapter=None):
     settings = get_settings()
     target = spec.targets[0]
     provisioner = get_provisioner("static").attach("t", {}, settings)
     return VariantRunner(spec, target, target.variants[0], run_id="t", settings=settings,
-                         provisioner=provisioner).run()
+                         provisioner=provisioner, adapter=adapter).run()
 
 
 def test_a_running_server_is_measured_as_it_is_and_left_running(llama_server,
@@ -45,7 +45,7 @@ def test_a_running_server_is_measured_as_it_is_and_left_running(llama_server,
     assert cell["launch_args"] is None  # nothing was launched
     assert cell["accuracy"] is not None and len(result.evals) == 200
     assert cell["server_metrics_json"]  # its /metrics scraped around the cell
-    assert get_provisioner("static").attach("t", {}, get_settings()).release() == []
+    assert get_provisioner("static").attach("t", {}, get_settings()).teardown() == []
     assert httpx.get(server.base_url + "/health").status_code == 200  # still serving
 
 
@@ -59,16 +59,19 @@ def test_an_endpoint_that_does_not_answer_fails_its_cells_with_why(local_sweep):
 
 
 def test_a_stack_that_cannot_force_lengths_is_measured_at_natural_length(llama_server,
-                                                                          local_sweep,
-                                                                          monkeypatch):
+                                                                          local_sweep):
     """The path TGI and a hosted OpenAI-schema API take (here a llama-server told it cannot
     force lengths): each answer ends where the model ends it, capped at the workload's length;
     the cell says length_control natural and is judged without the exact-length rule."""
     from servebench.stacks.llama_cpp import LlamaCppStack
 
-    monkeypatch.setattr(LlamaCppStack, "forces_length", lambda self, variant: False)
+    class CannotForceLengths(LlamaCppStack):
+        def forces_length(self, variant):
+            return False
+
     server = llama_server
-    result = _run(_spec(local_sweep, server.base_url, server.served_model))
+    result = _run(_spec(local_sweep, server.base_url, server.served_model),
+                  adapter=CannotForceLengths())
     [cell] = result.cells
     assert cell["length_control"] == "natural"
     # (a short natural answer may arrive in one read: timing_unresolved is still the rule's)

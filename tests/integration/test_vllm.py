@@ -11,13 +11,15 @@ import time
 
 import pytest
 import yaml
-from servebench import bench
+from engine_variants import (
+    VARIANTS,  # tests/engine_variants.py: what the facts test renders
+)
 from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
+from servebench.loadgen.engine import run_load_sync
 from servebench.provision.local import LocalProvisioner
 from servebench.settings import PROJECT_ROOT, Settings, get_settings
 from servebench.stacks import get_stack
-from engine_variants import VARIANTS  # tests/engine_variants.py: what the facts test renders
 
 pytestmark = pytest.mark.integration
 
@@ -58,8 +60,7 @@ def test_every_rendered_command_line_parses_with_the_installed_vllm(tmp_path):
     assert out.returncode == 0 and "parsed" in out.stdout, out.stderr[-3000:]
 
 
-def test_a_vllm_killed_mid_cell_fails_its_cells_with_the_signal(tmp_path, monkeypatch,
-                                                               local_sweep):
+def test_a_vllm_killed_mid_cell_fails_its_cells_with_the_signal(tmp_path, local_sweep):
     local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
     [target] = [t for t in local["targets"] if t["name"] == "adder-vllm"]
     data = local_sweep([{**target, "variants": target["variants"][:1]}], input_tokens=64,
@@ -67,21 +68,20 @@ def test_a_vllm_killed_mid_cell_fails_its_cells_with_the_signal(tmp_path, monkey
     data["load"]["concurrency"] = [1, 2]  # the second cell meets a dead port
     spec = parse_sweep(data, "test")
     target = spec.targets[0]
-    real = bench.run_load_sync
 
     def killed_under_load(*args, **kwargs):  # the first cell is measuring: the server dies
         pid = json.loads(next(tmp_path.glob("*.server.json")).read_text())["pid"]
         timer = threading.Timer(2.0, os.killpg, (pid, signal.SIGKILL))
         timer.start()
         try:
-            return real(*args, **kwargs)
+            return run_load_sync(*args, **kwargs)
         finally:
             timer.cancel()
 
-    monkeypatch.setattr(bench, "run_load_sync", killed_under_load)
     t0 = time.monotonic()
     result = VariantRunner(spec, target, target.variants[0], run_id="t",
-                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path)).run()
+                           settings=get_settings(), provisioner=LocalProvisioner(tmp_path),
+                           run_load=killed_under_load).run()
     assert time.monotonic() - t0 < 600
     assert len(result.cells) == 2
     first, second = result.cells

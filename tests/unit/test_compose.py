@@ -109,7 +109,7 @@ def test_the_results_store_is_the_bucket_minio_init_makes_reached_through_the_co
     bucket = re.search(r"mc mb --ignore-existing local/([\w.-]+)",
                        compose["services"]["minio-init"]["entrypoint"]).group(1)
     assert env["SERVEBENCH_RESULTS_URI"].startswith(f"s3://{bucket}/")
-    # servebench.pipeline.open_store reads Settings.aws_conn_id through the Amazon provider
+    # servebench.connections.open_store reads Settings.aws_conn_id through the Amazon provider
     conn_id = Settings.model_fields["aws_conn_id"].default
     conn = Connection.from_json(env[f"AIRFLOW_CONN_{conn_id.upper()}"], conn_id=conn_id)
     wrapper = AwsConnectionWrapper(conn)

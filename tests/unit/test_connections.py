@@ -2,15 +2,15 @@
 the digest as a file); any other failure to read one is raised, never silently replaced."""
 
 import pytest
-from servebench import pipeline
+from servebench import connections
 from servebench.settings import Settings
 
 
 def test_an_undefined_connection_is_not_configured(monkeypatch):
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
-    assert pipeline._aws_session("servebench_test_no_such_conn") == (None, None)
+    assert connections.aws_session("servebench_test_no_such_conn") == (None, None)
     settings = Settings(slack_conn_id="servebench_test_no_such_conn")
-    assert pipeline.slack_credentials(settings) == (None, None)
+    assert connections.slack_credentials(settings) == (None, None)
 
 
 def test_a_connection_that_cannot_be_read_is_raised(monkeypatch):
@@ -22,9 +22,9 @@ def test_a_connection_that_cannot_be_read_is_raised(monkeypatch):
     monkeypatch.setattr(BaseHook, "get_connection", staticmethod(broken))
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
     with pytest.raises(RuntimeError, match="secrets backend unreachable"):
-        pipeline.slack_credentials(Settings())
+        connections.slack_credentials(Settings())
     with pytest.raises(RuntimeError, match="secrets backend unreachable"):
-        pipeline._aws_session("aws_default")
+        connections.aws_session("aws_default")
 
 
 def test_a_defined_slack_connection_gives_its_token(monkeypatch):
@@ -33,4 +33,4 @@ def test_a_defined_slack_connection_gives_its_token(monkeypatch):
                        '{"conn_type": "slack", "password": "xoxb-test-token", '
                        '"extra": {"base_url": "http://127.0.0.1:9/api/"}}')
     settings = Settings(slack_conn_id="servebench_test_slack")
-    assert pipeline.slack_credentials(settings) == ("xoxb-test-token", "http://127.0.0.1:9/api/")
+    assert connections.slack_credentials(settings) == ("xoxb-test-token", "http://127.0.0.1:9/api/")

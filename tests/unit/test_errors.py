@@ -32,7 +32,7 @@ def _servebench_exceptions() -> list[type]:
 def test_every_exception_is_a_servebench_error_and_the_kinds_live_in_one_module():
     found = _servebench_exceptions()
     assert {c.__name__ for c in found} >= {"SpecError", "PlanError", "LaunchError",
-                                           "ContractError", "ReleaseError", "ScorerError"}
+                                           "ContractError", "TeardownError", "ScorerError"}
     for cls in found:
         assert issubclass(cls, ServebenchError), cls
         if cls.__module__ != errors.__name__:  # a module's own refinement of a kind

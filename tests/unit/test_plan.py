@@ -4,7 +4,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from servebench.pipeline import PlanError, plan_run
+from servebench.errors import PlanError
+from servebench.pipeline import plan_run
 from servebench.settings import PROJECT_ROOT, Settings
 
 

@@ -20,7 +20,7 @@ from servebench.settings import Settings
 from servebench.stacks.adapter import StackAdapter
 
 if TYPE_CHECKING:
-    from servebench.provision.interface import Endpoint
+    from servebench.endpoint import Endpoint
 
 
 @dataclass

@@ -293,7 +293,3 @@ def json_schema(answer: str, reference: str) -> float:
     except json.JSONDecodeError:
         return 0.0
     return float(validator.is_valid(document))
-
-
-# the LLM judge registers itself as "judge"; imported last so the registry above exists
-from servebench.evals import judge as _judge  # noqa: F401

@@ -4,10 +4,12 @@ Public names (imported lazily, so ``servebench.metrics`` can import ``records`` 
 pulling in the engine):
 
 * modes: :class:`LoadSpec` (``closed``/``open``/``max_throughput``), :func:`run_load`
-  (async), :func:`run_load_sync` (the runners' entry point);
+  (async, one process: ``single``), :func:`run_load_sync` (the runners' entry point:
+  ``engine``, which picks one process or several);
 * arrivals: :func:`arrival_offsets`;
 * transports: :class:`Transport` (:class:`FastClient`, :class:`HttpxTransport`), chosen by
-  :func:`resolve_client`;
+  :func:`resolve_client` and built by :func:`make_transport` -- or passed in
+  (``run_load(..., transport=...)``);
 * scaling out: :func:`run_load_multiprocess` (the sweep spec's ``load.client_processes``);
 * results: :class:`LoadResult`, :class:`LagStats`, :class:`RequestRecord`, :class:`Clock`.
 """
@@ -17,12 +19,13 @@ from __future__ import annotations
 from typing import Any
 
 _WHERE = {
-    "LoadSpec": "arrivals", "run_load": "engine", "run_load_sync": "engine",
+    "LoadSpec": "arrivals", "run_load": "single", "run_load_sync": "engine",
     "arrival_offsets": "arrivals",
     "run_load_multiprocess": "multiproc",
     "LoadResult": "result", "LagStats": "result",
     "RequestRecord": "records", "Clock": "records", "FastClient": "fastclient",
     "Transport": "transport", "HttpxTransport": "transport", "resolve_client": "transport",
+    "make_transport": "transport",
 }
 __all__ = list(_WHERE)
 

@@ -16,8 +16,9 @@ per-chunk cumulative usage (vLLM/TensorRT-LLM ``continuous_usage_stats``, recogn
 on the first content chunk; usage first seen on a later content chunk is a total), ``[DONE]``,
 ``finish_reason``, an ``{"error": ...}`` event inside the stream, HTTP error statuses (status plus
 a body snippet), timeouts, connection errors, and streams that end without ``[DONE]`` or a
-``finish_reason``. Every failure becomes data in the record (``error = "<Class>: <reason>"``);
-nothing is raised except cancellation.
+``finish_reason``. Every failure of the server or the network becomes data in the record
+(``error = "<Class>: <reason>"``); nothing is raised except cancellation and a bug of this
+client, which keeps its traceback instead of passing for the server's error.
 
 Times are stamped once per body piece httpx yields (``clock.now()``; one per HTTP chunk), not per
 event: events that arrive in
@@ -89,7 +90,7 @@ async def send_streaming(
 
     Returns:
         The record; ``record.error`` says what went wrong, if anything. Never raises except
-        ``asyncio.CancelledError`` from the caller's own cancellation.
+        ``asyncio.CancelledError`` from the caller's own cancellation, and a bug of this code.
     """
     body, rec, state = new_record(body, request_id=request_id, cell_id=cell_id,
                                   scheduled_at=scheduled_at,
@@ -121,9 +122,7 @@ async def send_streaming(
     except TimeoutError:
         # asyncio.timeout raises the builtin TimeoutError; httpx timeouts are HTTPError.
         state.error = state.error or f"DeadlineExceeded: request exceeded {deadline_s} s"
-    except httpx.HTTPError as exc:  # timeouts, connect/read errors, protocol errors
-        state.error = state.error or short_error(exc)
-    except Exception as exc:  # noqa: BLE001 - failures are data, never raised or dropped
+    except (httpx.HTTPError, OSError) as exc:  # timeouts, connect/read/protocol errors
         state.error = state.error or short_error(exc)
     rec.done_at = clock.now()
     return finish_record(state)

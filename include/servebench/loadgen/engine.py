@@ -1,333 +1,76 @@
-"""The load engine: runs a load point's phases (warm-up, measured window) over a transport
-(:mod:`.transport`), as its :class:`~.arrivals.LoadSpec` says. Load modes: closed loop, open
-loop (Poisson/gamma arrivals), max throughput -- each a kind
-of load point in the sweep spec (``load.concurrency``, ``load.rates``, ``load.max_throughput``)
--- and explicit arrival offsets (``trace``: how ``multiproc`` hands each client process its
-share of an open-loop schedule).
+"""The load generator's entry point: :func:`run_load_sync` runs a load point in the calling
+process (:mod:`.single`, the engine itself: load modes, phases, client lag) or over several
+client processes (:mod:`.multiproc`), and :func:`run_scaled` re-runs a lagging load with more.
 
-One engine drives every mode; a :class:`LoadSpec` says which:
-
-* ``LoadSpec.closed(concurrency)`` — ``concurrency`` workers, each sends its next request when
-  its last one ends (``scheduled_at`` = when the worker became free: the phase start, then its
-  previous request's ``done_at``; send lag is then the client's turnaround).
-* ``LoadSpec.open(rate, arrival="poisson"|"gamma"|"constant", burstiness=1.0, seed=0,
-  max_concurrency=None)`` — requests arrive at ``rate``/s; inter-arrival gaps are exponential
-  (Poisson), gamma with shape ``burstiness`` (< 1 burstier, > 1 smoother; 1 = Poisson; the
-  vLLM benchmark's definition) or constant. ``scheduled_at`` is the arrival time. With
-  ``max_concurrency`` arrivals that find every slot busy wait in FIFO order; that wait is
-  reported as :attr:`LoadResult.queue_wait`, not as client lag.
-* ``LoadSpec.max_throughput(max_concurrency=None)`` — everything arrives at once.
-* ``LoadSpec.trace(offsets, max_concurrency=None, time_scale=1.0)`` — send at these arrival
-  offsets (seconds from the start) in order; ``bodies`` are parallel to them.
-
-Common to all modes:
-
-* warm-up: ``bodies[:warmup]`` go first (closed loop at the mode's concurrency, or cap, or 32),
-  and the measured phase starts after the last of them ended; the keep-alive connections are
-  opened before the warm-up, so neither TCP set-up nor cold connections land in the window;
-* stop by request count (``len(bodies) - warmup``) or by ``duration_s`` (no new request is
-  sent after ``duration_s`` seconds of measured phase; in-flight ones finish; with a duration
-  the measured bodies are reused cyclically and request ids keep counting);
-* fixed seeds: arrival offsets depend only on ``(rate, arrival, burstiness, seed, n)``;
-* client lag: ``send_lag`` (sent_at minus when the request was free to go) and event-loop lag
-  (a ticker), so :attr:`LoadResult.client_saturated` can flag a client that fell behind;
-* a frozen heap (:func:`run_sync`): what the process held before the load is left out of
-  garbage collection while it runs -- a full collection walks every object of the process (an
-  Airflow task's: measured 470-790 ms a pass in the DAG test's process), and one inside the
-  window stalls the client that long, which reads as the server's latency.
-
-``client="auto"`` (default; the one rule, ``transport.resolve_client``) uses
-:mod:`servebench.loadgen.fastclient` for plain ``http://`` and the httpx client (TLS, proxies)
-for anything else -- a hosted API is ``https``; ``client="fast"`` / ``"httpx"`` force one (the
-benchmarks compare them). ``collect_text`` (fast client) keeps
-``output_text``; it is cheap (text is sliced out of the bytes) and on by default.
+This module sits above both -- it picks one of them, and neither imports it -- so the
+dependency points one way: ``engine`` -> ``multiproc`` -> ``single`` -> ``transport``.
+:class:`~.arrivals.LoadSpec` and :func:`~.single.run_load` (the async engine) are importable
+from here too, as callers always have.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import gc
-import itertools
-import math
-import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from servebench.loadgen.arrivals import LoadSpec
-from servebench.loadgen.records import Clock, RequestRecord
-from servebench.loadgen.result import LagStats, LoadResult
-from servebench.loadgen.transport import make_transport, resolve_client
+from servebench.loadgen.multiproc import refuse_transport, run_load_multiprocess
+from servebench.loadgen.result import LoadResult
+from servebench.loadgen.single import run_load, run_sync
 
-
-async def _ticker(tick_s: float, lags: list[float]) -> None:
-    """Append how late (seconds) each ``tick_s`` sleep woke up, until cancelled."""
-    loop = asyncio.get_running_loop()
-    while True:
-        due = loop.time() + tick_s
-        await asyncio.sleep(tick_s)
-        lags.append(max(0.0, loop.time() - due))
-
-
-@dataclass
-class _Ctx:
-    sender: Any
-    path: str
-    cell_id: str
-    clock: Clock
-    tag_requests: bool
-    deadline_s: float | None
-
-    async def send(self, i: int, body: dict[str, Any], pt: int | None, scheduled: float,
-                   warmup: bool) -> RequestRecord:
-        rid = f"{self.cell_id}:{i}"
-        rec = await self.sender.send(
-            self.path, body, request_id=rid, cell_id=self.cell_id, scheduled_at=scheduled,
-            headers={"x-request-id": rid} if self.tag_requests else None,
-            deadline_s=self.deadline_s, prompt_tokens_requested=pt)
-        rec.warmup = warmup
-        return rec
-
-
-Item = tuple[int, dict[str, Any], "int | None"]
-
-
-async def _closed_phase(ctx: _Ctx, items: Iterator[Item], concurrency: int, warmup: bool,
-                        stop_at: float | None, ready: list[float]) -> list[RequestRecord]:
-    out: list[RequestRecord] = []
-    now = ctx.clock.now
-
-    start = now()
-
-    async def worker() -> None:
-        # scheduled = when this worker became free: the phase start, then the done_at of its
-        # previous request (the arrival of that response's last byte), so the send lag
-        # includes the client's own turnaround, event-loop delays included
-        free_at = start
-        for i, body, pt in items:  # shared iterator: each worker takes the next when free
-            if stop_at is not None and now() >= stop_at:
-                return
-            rec = await ctx.send(i, body, pt, free_at, warmup)
-            ready.append(free_at)
-            out.append(rec)
-            free_at = min(rec.done_at, now())
-
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return out
-
-
-async def _open_phase(ctx: _Ctx, items: Iterator[Item], offsets: np.ndarray, cap: int | None,
-                      t0: float, ready: list[float]) -> list[RequestRecord]:
-    clock = ctx.clock
-    sem = asyncio.Semaphore(cap) if cap else None
-    tasks: list[asyncio.Task[RequestRecord]] = []
-    readies: list[float] = []
-
-    async def one(i: int, body: dict[str, Any], pt: int | None, due: float) -> RequestRecord:
-        try:
-            return await ctx.send(i, body, pt, due, False)
-        finally:
-            if sem is not None:
-                sem.release()
-
-    for (i, body, pt), off in zip(items, offsets):
-        due = t0 + float(off)
-        delay = due - clock.now()
-        while delay > 0:  # uvloop timers have 1 ms granularity and may fire early: re-check
-            await asyncio.sleep(delay if delay > 0.001 else 0)
-            delay = due - clock.now()
-        if sem is not None:
-            await sem.acquire()
-        readies.append(max(due, clock.now()) if sem is not None else due)
-        tasks.append(asyncio.create_task(one(i, body, pt, due)))
-    recs = list(await asyncio.gather(*tasks))
-    ready.extend(readies)
-    return recs
-
-
-def _items(bodies: Sequence[dict[str, Any]], pts: Sequence[int | None] | None, first: int,
-           cyclic: bool, ids: Callable[[int], int] | None = None) -> Iterator[Item]:
-    n = len(bodies)
-    idx = itertools.count(first) if cyclic else iter(range(first, n))
-    for i in idx:
-        j = first + (i - first) % (n - first) if cyclic else i
-        yield (ids(i) if ids else i), bodies[j], (pts[j] if pts is not None else None)
-
-
-async def run_load(
-    base_url: str,
-    path: str,
-    bodies: Sequence[dict[str, Any]],
-    spec: LoadSpec,
-    *,
-    warmup: int = 0,
-    cell_id: str,
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 300.0,
-    request_deadline_s: float | None = None,
-    prompt_tokens_requested: Sequence[int | None] | None = None,
-    tag_requests: bool = True,
-    trust_env: bool = False,
-    tick_s: float = 0.01,
-    duration_s: float | None = None,
-    client: str = "auto",
-    collect_text: bool = True,
-    connections: int | None = None,
-    start_at: float | None = None,
-    on_ready: Callable[[], Any] | None = None,
-    ids: Callable[[int], int] | None = None,
-    raw_out: dict[str, Any] | None = None,
-) -> LoadResult:
-    """Drive ``base_url + path`` with ``bodies`` as ``spec`` says; see the module docstring.
-
-    Args:
-        base_url: e.g. ``"http://127.0.0.1:8000"``.
-        path: ``"/v1/chat/completions"`` or ``"/v1/completions"``.
-        bodies: full request bodies (the stack adapter decides model and sampling fields;
-            ``stream`` is forced on). ``bodies[:warmup]`` are warm-up; at least one must remain.
-        spec: the load mode (``LoadSpec.closed(concurrency)``: that many workers, and pool).
-        warmup: number of leading bodies sent as warm-up and excluded from measurement.
-        cell_id: copied into every record; request ids are ``f"{cell_id}:{index}"``.
-        headers: headers for every request (e.g. ``{"Authorization": "Bearer ..."}``).
-        timeout_s: timeout per operation (connect, each read), seconds.
-        request_deadline_s: optional total wall-time limit per request, seconds.
-        prompt_tokens_requested: optional prompt lengths parallel to ``bodies`` (for validity).
-        tag_requests: send ``x-request-id: <request_id>`` (vLLM and others log/echo it).
-        trust_env: let httpx use proxy settings from the environment (off: benchmark traffic
-            must not silently go through a proxy; the fast client never uses a proxy).
-        tick_s: event-loop lag ticker period, seconds.
-        duration_s: stop sending new measured requests after this many seconds.
-        client: ``"auto"`` (default: fast for http, httpx for https), ``"fast"``, ``"httpx"``.
-        collect_text: keep ``output_text`` (fast client; the httpx client always does).
-        connections: keep-alive connections to open before the warm-up (default: the
-            concurrency or cap; uncapped open loop: min(requests, 512)).
-        start_at: epoch time at which the measured phase starts (multi-process runs share one);
-            ``on_ready``: awaited (if async) after warm-up, before waiting for ``start_at``.
-    """
-    if not 0 <= warmup < len(bodies):
-        raise ValueError(f"warmup={warmup} must be in [0, len(bodies)={len(bodies)})")
-    if prompt_tokens_requested is not None and len(prompt_tokens_requested) != len(bodies):
-        raise ValueError("prompt_tokens_requested must be parallel to bodies")
-    if spec.mode == "trace" and duration_s is None and len(spec.offsets or ()) < len(bodies) - warmup:
-        raise ValueError("trace replay: fewer offsets than measured bodies")
-    n_meas = len(bodies) - warmup
-    offsets = spec.offsets_for(n_meas, duration_s)
-    cap = spec.concurrency
-    pool = connections or cap or min(n_meas if offsets is None else len(offsets), 512)
-    clock = Clock()
-    sender = make_transport(client, base_url, clock=clock, headers=headers, timeout_s=timeout_s,
-                          trust_env=trust_env, pool=max(pool, 1), collect_text=collect_text)
-    async with sender:
-        await sender.open(pool)
-        ctx = _Ctx(sender, path, cell_id, clock, tag_requests, request_deadline_s)
-        warm: list[RequestRecord] = []
-        if warmup:
-            wpts = prompt_tokens_requested[:warmup] if prompt_tokens_requested is not None else None
-            warm = await _closed_phase(ctx, _items(bodies[:warmup], wpts, 0, False, ids),
-                                       min(cap or 32, warmup), True, None, [])
-            warm.sort(key=lambda r: int(r.request_id.rsplit(":", 1)[1]))
-        await sender.open(pool)  # replace connections the warm-up lost
-        if on_ready is not None:
-            res = on_ready()
-            if asyncio.iscoroutine(res):
-                res = await res
-            if isinstance(res, float):
-                start_at = res
-        if start_at is not None:
-            delay = start_at - clock.now()
-            if delay > 0:
-                await asyncio.sleep(delay)
-        loop_lags: list[float] = []
-        ready: list[float] = []
-        ticker = asyncio.create_task(_ticker(tick_s, loop_lags))
-        cpu0 = time.process_time()
-        t0 = clock.now() if start_at is None else start_at
-        items = _items(bodies, prompt_tokens_requested, warmup, duration_s is not None, ids)
-        try:
-            if offsets is None:
-                stop_at = t0 + duration_s if duration_s is not None else None
-                measured = await _closed_phase(ctx, items, min(cap, n_meas) if duration_s is None else cap,  # type: ignore[type-var,arg-type]
-                                               False, stop_at, ready)
-            else:
-                measured = await _open_phase(ctx, items, offsets, cap, t0, ready)
-        finally:
-            cpu = time.process_time() - cpu0
-            ticker.cancel()
-            await asyncio.gather(ticker, return_exceptions=True)
-    order = sorted(range(len(measured)), key=lambda k: int(measured[k].request_id.rsplit(":", 1)[1]))
-    measured = [measured[k] for k in order]
-    ready = [ready[k] for k in order] if len(ready) == len(order) else ready
-    if raw_out is not None:
-        raw_out.update(ready=ready, loop_lags=loop_lags)
-    return assemble_result(cell_id, spec, resolve_client(client, base_url), measured, warm, ready,
-                   loop_lags, clock, cpu)
-
-
-def assemble_result(cell_id: str, spec: LoadSpec, client: str, measured: list[RequestRecord],
-            warm: list[RequestRecord], ready: Sequence[float], loop_lags: Sequence[float],
-            clock: Clock | None, cpu: float, processes: int = 1) -> LoadResult:
-    start = min((r.sent_at for r in measured), default=math.nan)
-    end = max((r.done_at for r in measured), default=math.nan)
-    send_lag = [r.sent_at - t for r, t in zip(measured, ready) if r.sent_at == r.sent_at]
-    queue = ([t - r.scheduled_at for r, t in zip(measured, ready)]
-             if spec.mode != "closed" and spec.concurrency else None)
-    return LoadResult(
-        cell_id=cell_id, concurrency=spec.concurrency or 0, records=measured, warmup_records=warm,
-        window_start=start, window_end=end,
-        send_lag=LagStats.from_seconds(send_lag), loop_lag=LagStats.from_seconds(loop_lags),
-        clock_anchor_wall=clock.anchor_wall if clock else math.nan,
-        clock_anchor_perf=clock.anchor_perf if clock else math.nan,
-        mode=spec.mode, client=client, processes=processes, client_cpu_s=cpu,
-        queue_wait=LagStats.from_seconds(queue) if queue is not None else None,
-    )
-
-
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop's loop when installed (about half the per-read cost of the stdlib selector loop
-    for this client), else the stdlib one."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - depends on the environment
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-def run_sync(coro: Any, *, use_uvloop: bool = True) -> Any:
-    """Run ``coro`` to completion on a fresh loop (uvloop when available and asked for), the
-    heap frozen (:func:`frozen_heap`)."""
-    with frozen_heap(), asyncio.Runner(
-            loop_factory=new_event_loop if use_uvloop else None) as runner:
-        return runner.run(coro)
-
-
-@contextlib.contextmanager
-def frozen_heap() -> Iterator[None]:
-    """The objects the process holds now are left out of garbage collection until the block
-    ends (``gc.freeze``): collections inside it walk only what it allocates. A process that
-    came frozen (Airflow's executors freeze before they fork a worker) stays frozen: the freeze
-    cannot be undone in part."""
-    came_frozen = gc.get_freeze_count() > 0
-    gc.freeze()
-    try:
-        yield
-    finally:
-        if not came_frozen:
-            gc.unfreeze()
+__all__ = ["LoadSpec", "run_load", "run_load_sync", "run_scaled"]
 
 
 def run_load_sync(base_url: str, path: str, bodies: Sequence[dict[str, Any]], spec: LoadSpec,
                   *, processes: int | str = 1, max_processes: int | None = None,
                   use_uvloop: bool = True, **kwargs: Any) -> LoadResult:
-    """Blocking :func:`run_load` for sync callers (Airflow tasks), in this process or, with
-    ``processes`` N or ``"auto"``, over client processes (:func:`.multiproc.run_scaled`, which
-    takes ``rerun_bodies``: the bodies of an ``auto`` re-run)."""
+    """Blocking :func:`~.single.run_load` for sync callers (Airflow tasks), in this process or,
+    with ``processes`` N or ``"auto"``, over client processes (:func:`run_scaled`, which takes
+    ``rerun_bodies``: the bodies of an ``auto`` re-run).
+
+    ``transport=`` (a transport object, see :func:`~.single.run_load`) needs ``processes=1``:
+    it lives on this process's event loop, so it cannot be sent to client processes, which
+    each build their own from ``client=`` instead (:class:`ValueError` otherwise). It must not
+    be bound to an event loop yet: this call runs the load on a fresh one."""
     if processes == 1:
         kwargs.pop("rerun_bodies", None)  # one process never re-runs
         return run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
-    from servebench.loadgen.multiproc import run_scaled
-
     return run_scaled(base_url, path, bodies, spec, processes=processes,
                       max_processes=max_processes, use_uvloop=use_uvloop, **kwargs)
+
+
+def run_scaled(base_url: str, path: str, bodies: Sequence[dict[str, Any]], spec: LoadSpec, *,
+               processes: int | str, max_processes: int | None = None,
+               use_uvloop: bool = True,
+               rerun_bodies: Callable[[int], Sequence[dict[str, Any]]] | None = None,
+               **kwargs: Any) -> LoadResult:
+    """The load over ``processes`` client processes: N, or ``"auto"`` -- start with one and,
+    while the result is ``client_saturated``, re-run it with twice as many, up to
+    ``max_processes`` (default: the CPU count; never more than the load's concurrency); the
+    re-runs are listed in ``scale_attempts``. ``rerun_bodies(k)`` gives the k-th re-run bodies
+    of its own (a server that cached the first run's prompts would answer the same ones
+    faster); without it a re-run sends ``bodies`` again. Each client process builds its own
+    transport from ``client=``; a ``transport=`` object is refused (:class:`ValueError`), with
+    ``"auto"`` too, before anything is sent: a re-run would need it in other processes."""
+    if processes != "auto":
+        if int(processes) > 1:
+            return run_load_multiprocess(base_url, path, bodies, spec, processes=int(processes),
+                                         use_uvloop=use_uvloop, **kwargs)
+        return run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
+    refuse_transport(kwargs.get("transport"), "auto")
+    limit = max_processes or os.cpu_count() or 1
+    if spec.concurrency is not None:
+        limit = min(limit, spec.concurrency)  # each process needs at least one slot
+    n, attempts = 1, []
+    while True:
+        res = (run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
+               if n == 1 else run_load_multiprocess(base_url, path, bodies, spec, processes=n,
+                                                    use_uvloop=use_uvloop, **kwargs))
+        res.scale_attempts = attempts
+        if not res.client_saturated or n >= limit:
+            return res
+        attempts.append((n, res.send_lag.p99_ms, res.loop_lag.p95_ms))
+        n = min(limit, n * 2)
+        if rerun_bodies is not None:
+            bodies = rerun_bodies(len(attempts))

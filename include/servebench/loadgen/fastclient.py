@@ -39,7 +39,10 @@ connection (as the reference does). Errors are records, worded like the referenc
 (``ConnectError``, ``ReadTimeout``, ``RemoteProtocolError``, ``HTTPStatusError: <status>
 <reason>: <snippet>``, ``DeadlineExceeded``, ``IncompleteStream``, ``StreamError``,
 ``ProtocolError``). Plain ``http://`` only (benchmarks run next to the server); ``https`` goes
-through httpx (``client="auto"``).
+through httpx (``client="auto"``). ``RemoteProtocolError`` means the server's bytes: a
+connection lost mid-response, or a response head or chunked framing that does not parse
+(:class:`MalformedResponse`). A failure of this client's own code is not the server's: it is
+raised from :meth:`FastClient.send`, with its traceback, never recorded as the server's error.
 
 Read timeouts are enforced by one sweeper task per client (granularity ``timeout_s / 10``,
 at most 1 s), not by a timer per read, which would cost more than the parsing.
@@ -56,6 +59,7 @@ import time
 from typing import Any
 from urllib.parse import urlsplit
 
+from servebench.errors import TransportError
 from servebench.loadgen.records import Clock, RequestRecord
 from servebench.loadgen.stream import (
     BODY_SNIPPET_BYTES,
@@ -84,6 +88,12 @@ _time = time.time
 _FIN_NULL = b'"finish_reason":null'
 _USAGE = b'"usage"'
 _HEAD, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
+
+
+class MalformedResponse(TransportError):
+    """The server's response breaks HTTP/1.1: a status line, header value or chunk size that
+    does not parse. Raised by the parser, where it knows the bytes are at fault, so that the
+    reader catches exactly this as the server's ``RemoteProtocolError`` and nothing else."""
 
 
 class _Conn:
@@ -153,8 +163,17 @@ class _Conn:
         self.got_bytes = True
         try:
             self._feed(data, t)
-        except Exception as exc:  # noqa: BLE001 - a parser failure is the server's, as data
+        except MalformedResponse as exc:  # the server broke HTTP/1.1: the record's error
             self._fail(f"RemoteProtocolError: {exc}", t, close=True)
+        except Exception as exc:
+            # Anything else is a bug of this client, not the server's. Left to this reader
+            # callback it would only reach the loop's log and the request would hang to its
+            # read timeout; so it is raised where the request is awaited (FastClient.send),
+            # traceback and all -- not recorded, not relabelled.
+            self.close()
+            if fut.done():
+                raise
+            fut.set_exception(exc)
 
     def _lost(self, exc: Exception | None) -> None:
         self.close()
@@ -291,7 +310,10 @@ class _Conn:
                 line = buf[pos:i]
                 if b";" in line:
                     line = line.split(b";", 1)[0]
-                left = int(line, 16)
+                try:
+                    left = int(line, 16)
+                except ValueError as exc:
+                    raise MalformedResponse(f"bad chunk size {line[:40]!r}") from exc
                 pos = i + 2
                 mode = _CHUNK_DATA if left else _TRAILER
             elif mode == _CHUNK_CRLF:
@@ -322,8 +344,8 @@ class _Conn:
     def _head(self, head: bytes, t: float) -> None:
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/"):
-            raise ValueError(f"bad status line {lines[0][:80]!r}")
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/") or not parts[1].isdigit():
+            raise MalformedResponse(f"bad status line {lines[0][:80]!r}")
         self.status = status = int(parts[1])
         reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
         self.state.rec.http_status = status  # type: ignore[union-attr]
@@ -334,7 +356,10 @@ class _Conn:
             k, _, v = line.partition(b":")
             k = k.strip().lower()
             if k == b"content-length":
-                length = int(v.strip())
+                try:
+                    length = int(v.strip())
+                except ValueError as exc:
+                    raise MalformedResponse(f"bad content-length {v[:40]!r}") from exc
             elif k == b"transfer-encoding":
                 chunked = b"chunked" in v.lower()
             elif k == b"connection":
@@ -442,6 +467,8 @@ class FastClient:
     Use ``async with FastClient(...) as c: await c.open(n); rec = await c.send(...)``.
     """
 
+    name = "fast"  # the :class:`~servebench.loadgen.transport.Transport` name
+
     def __init__(self, base_url: str, *, clock: Clock, headers: dict[str, str] | None = None,
                  timeout_s: float = 300.0, collect_text: bool = True,
                  kernel_timestamps: bool = True) -> None:
@@ -540,7 +567,8 @@ class FastClient:
         deadline_s: float | None = None,
         prompt_tokens_requested: int | None = None,
     ) -> RequestRecord:
-        """Send one streaming request; same contract as :func:`client.send_streaming`."""
+        """Send one streaming request; same contract as :func:`client.send_streaming`: the
+        server's failures are the record's error; a bug of this client raises."""
         body, rec, state = new_record(body, request_id=request_id, cell_id=cell_id,
                                       scheduled_at=scheduled_at,
                                       prompt_tokens_requested=prompt_tokens_requested)
@@ -594,7 +622,7 @@ class FastClient:
                 conn.close()
             state.error = state.error or f"DeadlineExceeded: request exceeded {deadline_s} s"
             rec.done_at = self.now()
-        except Exception as exc:  # noqa: BLE001 - failures are data
+        except OSError as exc:  # a socket failure no handler above took: still data
             state.error = state.error or short_error(exc)
             rec.done_at = self.now()
         finally:

@@ -1,8 +1,10 @@
 """Split one load across N client processes and merge their records onto one clock.
 
 Used when one client process cannot keep up: the sweep spec's ``load.client_processes`` (N, or
-``"auto"``: :func:`run_scaled` re-runs a load whose
+``"auto"``: :func:`servebench.loadgen.engine.run_scaled` re-runs a load whose
 :attr:`~servebench.loadgen.result.LoadResult.client_saturated` is set with more processes).
+Each process runs :func:`servebench.loadgen.single.run_load`; this module does not know
+``engine``, which picks between one process and this.
 
 Split: request ``k`` of the measured phase goes to process ``k % N`` (warm-up requests too), so
 each process replays an exact subset of the single-process schedule — open-loop arrivals keep
@@ -17,6 +19,12 @@ keep-alive connections and :class:`~servebench.loadgen.records.Clock`; it opens 
 runs its share of the warm-up, reports ready, and all start the measured phase at one epoch
 time the parent picks once every process is ready.
 
+Transports: each process builds its own, from the ``client=`` choice
+(:func:`~servebench.loadgen.transport.make_transport`). A transport object (``transport=``)
+cannot be shared: it holds sockets and is bound to the event loop of the process that made it,
+and need not be picklable -- it is refused with a :class:`ValueError`
+(:func:`refuse_transport`).
+
 Cross-process clock assumption: every process's Clock is ``time.time()`` at its anchor plus
 ``perf_counter`` deltas, so records of different processes are comparable to within the
 anchors' disagreement — on one host the system clock is shared, so that is the few
@@ -30,19 +38,29 @@ from __future__ import annotations
 
 import math
 import multiprocessing as mp
-import os
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from servebench.errors import LoadGeneratorError
-from servebench.loadgen.engine import LoadSpec, assemble_result, run_load, run_sync
+from servebench.loadgen.arrivals import LoadSpec
 from servebench.loadgen.result import LoadResult
+from servebench.loadgen.single import assemble_result, run_load, run_sync
+from servebench.loadgen.transport import Transport
 
 _READY_TIMEOUT_S = 600.0
 
+
+def refuse_transport(transport: Transport | None, processes: int | str) -> None:
+    """Raise :class:`ValueError` for a transport object given to a load over client processes:
+    it cannot go to them (see the module docstring); they build their own from ``client=``."""
+    if transport is not None:
+        raise ValueError(
+            f"transport= with processes={processes!r}: a transport object stays in the process "
+            "(and event loop) that made it; over client processes pass client='fast'|'httpx'|"
+            "'auto' and each process builds its own, or use processes=1")
 
 
 def _share(total: int | None, n: int, p: int) -> int | None:
@@ -88,9 +106,13 @@ def _worker(conn: Any, args: dict[str, Any]) -> None:
 
 def run_load_multiprocess(base_url: str, path: str, bodies: Sequence[dict[str, Any]],
                           spec: LoadSpec, *, processes: int, use_uvloop: bool = True,
-                          warmup: int = 0, prompt_tokens_requested: Sequence[int | None] | None = None,
-                          duration_s: float | None = None, cell_id: str, **kwargs: Any) -> LoadResult:
-    """Like :func:`servebench.loadgen.engine.run_load_sync` over ``processes`` processes."""
+                          warmup: int = 0,
+                          prompt_tokens_requested: Sequence[int | None] | None = None,
+                          duration_s: float | None = None, cell_id: str,
+                          transport: Transport | None = None, **kwargs: Any) -> LoadResult:
+    """Like :func:`servebench.loadgen.engine.run_load_sync` over ``processes`` processes; each
+    builds its transport from ``client=`` (``transport=`` is refused: :func:`refuse_transport`)."""
+    refuse_transport(transport, processes)
     if spec.concurrency is not None:
         processes = min(processes, spec.concurrency)
     n_meas = len(bodies) - warmup
@@ -166,36 +188,3 @@ def run_load_multiprocess(base_url: str, path: str, bodies: Sequence[dict[str, A
     if math.isnan(merged.window_start):
         merged.window_start = merged.window_end = math.nan
     return merged
-
-
-def run_scaled(base_url: str, path: str, bodies: Sequence[dict[str, Any]], spec: LoadSpec, *,
-               processes: int | str, max_processes: int | None = None,
-               use_uvloop: bool = True,
-               rerun_bodies: Callable[[int], Sequence[dict[str, Any]]] | None = None,
-               **kwargs: Any) -> LoadResult:
-    """The load over ``processes`` client processes: N, or ``"auto"`` -- start with one and,
-    while the result is ``client_saturated``, re-run it with twice as many, up to
-    ``max_processes`` (default: the CPU count; never more than the load's concurrency); the
-    re-runs are listed in ``scale_attempts``. ``rerun_bodies(k)`` gives the k-th re-run bodies
-    of its own (a server that cached the first run's prompts would answer the same ones
-    faster); without it a re-run sends ``bodies`` again."""
-    if processes != "auto":
-        if int(processes) > 1:
-            return run_load_multiprocess(base_url, path, bodies, spec, processes=int(processes),
-                                         use_uvloop=use_uvloop, **kwargs)
-        return run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
-    limit = max_processes or os.cpu_count() or 1
-    if spec.concurrency is not None:
-        limit = min(limit, spec.concurrency)  # each process needs at least one slot
-    n, attempts = 1, []
-    while True:
-        res = (run_sync(run_load(base_url, path, bodies, spec, **kwargs), use_uvloop=use_uvloop)
-               if n == 1 else run_load_multiprocess(base_url, path, bodies, spec, processes=n,
-                                                    use_uvloop=use_uvloop, **kwargs))
-        res.scale_attempts = attempts
-        if not res.client_saturated or n >= limit:
-            return res
-        attempts.append((n, res.send_lag.p99_ms, res.loop_lag.p95_ms))
-        n = min(limit, n * 2)
-        if rerun_bodies is not None:
-            bodies = rerun_bodies(len(attempts))

@@ -58,7 +58,7 @@ class LoadResult:
         clock_anchor_wall, clock_anchor_perf: the run clock's anchor (for provenance; with
             several processes, the first process's).
         mode: ``"closed"``, ``"open"``, ``"max"`` or ``"trace"``.
-        client: ``"fast"`` or ``"httpx"``.
+        client: the transport's name: ``"fast"`` or ``"httpx"`` (or a caller's own transport's).
         processes: client processes that produced the records.
         client_cpu_s: client CPU seconds (user+system, all its processes) in the measured phase.
         queue_wait: open-loop modes with a concurrency cap: arrival -> free slot (by design,

@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - depends on the environment
 
 BODY_SNIPPET_BYTES = 300  # of an error response's body, kept in its record
 _DONE = b"[DONE]"
+_COUNT = (int, float, type(None))  # a token count, or none sent
 
 
 def short_error(exc: BaseException, limit: int = 200) -> str:
@@ -63,55 +64,88 @@ class StreamState:
             self.error = f"ProtocolError: SSE event is not an object: {data[:80]!r}"
             return
         rec = self.rec
-        err = obj.get("error")
-        if err:
-            msg = err.get("message", err) if isinstance(err, dict) else err
-            self.error = f"StreamError: {str(msg)[:200]}"
-            return
-        if rec.served_model is None:
-            rec.served_model = obj.get("model")
-        usage = obj.get("usage")
-        choices = obj.get("choices")
-        text = None
-        if choices:
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta is not None:
-                text = delta.get("content")
-                timing_text = text or delta.get("reasoning_content") or delta.get("reasoning")
-            else:
-                text = choice.get("text")
-                timing_text = text
-            fr = choice.get("finish_reason")
-            if fr is not None:
-                rec.finish_reason = fr
-            if timing_text:
-                if text:
-                    self.text_parts.append(text)
-                if rec.first_chunk_at is None:
-                    rec.first_chunk_at = t
-                rec.chunk_times.append(t)
-                n = 1
-                ct = usage.get("completion_tokens") if usage else None
-                if self.cumulative_usage is None:
-                    self.cumulative_usage = ct is not None
-                if self.cumulative_usage and ct is not None:
-                    n = ct - (self.last_completion_tokens or 0)
-                    self.last_completion_tokens = ct
-                rec.chunk_tokens.append(n)
-        if usage:
-            pt = usage.get("prompt_tokens")
-            ct = usage.get("completion_tokens")
-            if pt is not None:
-                rec.prompt_tokens = pt
-            if ct is not None:
-                rec.output_tokens = ct
-            details = usage.get("prompt_tokens_details")
-            if isinstance(details, dict):
-                cached = details.get("cached_tokens")
-                if isinstance(cached, (int, float)):
-                    rec.prompt_tokens_cached = int(cached)
+        try:
+            err = obj.get("error")
+            if err:
+                msg = err.get("message", err) if isinstance(err, dict) else err
+                self.error = f"StreamError: {str(msg)[:200]}"
+                return
+            if rec.served_model is None:
+                rec.served_model = obj.get("model")
+            usage = obj.get("usage")
+            choices = obj.get("choices")
+            text = None
+            if choices:
+                choice = choices[0]
+                delta = choice.get("delta")
+                if delta is not None:
+                    text = delta.get("content")
+                    timing_text = text or delta.get("reasoning_content") or delta.get("reasoning")
+                else:
+                    text = choice.get("text")
+                    timing_text = text
+                fr = choice.get("finish_reason")
+                if fr is not None:
+                    rec.finish_reason = fr
+                if timing_text:
+                    if text:
+                        if text.__class__ is not str:  # it would fail the join, later
+                            self.error = _bad_shape(data)
+                            return
+                        self.text_parts.append(text)
+                    if rec.first_chunk_at is None:
+                        rec.first_chunk_at = t
+                    rec.chunk_times.append(t)
+                    n = 1
+                    ct = usage.get("completion_tokens") if usage else None
+                    if self.cumulative_usage is None:
+                        self.cumulative_usage = ct is not None
+                    if self.cumulative_usage and ct is not None:
+                        n = ct - (self.last_completion_tokens or 0)
+                        self.last_completion_tokens = ct
+                    rec.chunk_tokens.append(n)
+            if usage:
+                pt = usage.get("prompt_tokens")
+                ct = usage.get("completion_tokens")
+                if pt is not None:
+                    rec.prompt_tokens = pt
+                if ct is not None:
+                    rec.output_tokens = ct
+                details = usage.get("prompt_tokens_details")
+                if isinstance(details, dict):
+                    cached = details.get("cached_tokens")
+                    if isinstance(cached, (int, float)):
+                        rec.prompt_tokens_cached = int(cached)
+        except (AttributeError, TypeError, KeyError, IndexError):
+            # A field of the wrong type in the server's JSON fails above as one of these -- and
+            # so would a bug of this parser. The event decides which: only one shown malformed
+            # is the server's (a ProtocolError in the record); for a well-formed one the
+            # failure is ours and is raised, traceback and all. Checked here, after a failure,
+            # so the per-event path pays for no checks.
+            if _well_formed(obj):
+                raise
+            self.error = _bad_shape(data)
 
+
+def _bad_shape(data: bytes) -> str:
+    return f"ProtocolError: unexpected SSE event shape: {data[:80]!r}"
+
+
+def _well_formed(obj: dict[str, Any]) -> bool:
+    """Whether an event's fields have the types :meth:`StreamState.on_event` reads them as."""
+    usage = obj.get("usage")
+    if usage and not (isinstance(usage, dict) and isinstance(usage.get("prompt_tokens"), _COUNT)
+                      and isinstance(usage.get("completion_tokens"), _COUNT)):
+        return False
+    choices = obj.get("choices")
+    if not choices:
+        return True
+    if not isinstance(choices, list) or not isinstance(choices[0], dict):
+        return False
+    delta = choices[0].get("delta")
+    text = choices[0].get("text") if delta is None else (
+        delta.get("content") if isinstance(delta, dict) else None)
+    return (delta is None or isinstance(delta, dict)) and (text is None or isinstance(text, str))
 
 
 def frame(buf: bytes) -> tuple[list[bytes], bytes]:

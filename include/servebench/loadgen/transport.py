@@ -3,7 +3,11 @@
 window. Two implementations: the fast HTTP/1.1 client (:mod:`.fastclient`, plain ``http://``,
 what benchmarks next to the server use) and httpx (:mod:`.client`: TLS, proxies, HTTP/2).
 Both build and parse their records with :mod:`.stream`; which one a load uses is decided by
-:func:`resolve_client`, here and nowhere else.
+:func:`resolve_client`, here and nowhere else, and a choice (``client="auto"|"fast"|"httpx"``)
+becomes a transport in :func:`make_transport` only. :class:`Transport` is the interface: a
+caller may build any object that has it and pass it to ``run_load(..., transport=...)``
+(a test's fake, a client configured otherwise), in one process; client processes of a
+multi-process load each build theirs from the choice (:mod:`.multiproc`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,14 @@ CLIENTS = ("fast", "httpx", "auto")
 
 
 class Transport(Protocol):
-    """``async with transport: await transport.open(n); rec = await transport.send(...)``."""
+    """``async with transport: await transport.open(n); rec = await transport.send(...)``.
+
+    ``name`` is what the load's result reports as its client (``"fast"``, ``"httpx"``);
+    ``clock`` is the clock every time in its records comes from -- the run schedules its
+    requests and measures its window on the same one."""
+
+    name: str
+    clock: Clock
 
     async def __aenter__(self) -> Transport: ...
 
@@ -44,6 +55,8 @@ def resolve_client(client: str, base_url: str) -> str:
 
 class HttpxTransport:
     """The httpx transport (:func:`servebench.loadgen.client.send_streaming` over a pool)."""
+
+    name = "httpx"
 
     def __init__(self, base_url: str, *, clock: Clock, headers: dict[str, str] | None,
                  timeout_s: float, trust_env: bool, pool: int) -> None:
@@ -73,7 +86,8 @@ class HttpxTransport:
 def make_transport(client: str, base_url: str, *, clock: Clock,
                    headers: dict[str, str] | None, timeout_s: float, trust_env: bool,
                    pool: int, collect_text: bool) -> Transport:
-    """The transport :func:`resolve_client` picks for ``client`` and ``base_url``."""
+    """The transport :func:`resolve_client` picks for ``client`` and ``base_url``: the one
+    place a choice becomes a transport (a load's process, or each of its client processes)."""
     if resolve_client(client, base_url) == "httpx":
         return HttpxTransport(base_url, clock=clock, headers=headers, timeout_s=timeout_s,
                               trust_env=trust_env, pool=pool)

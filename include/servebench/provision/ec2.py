@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
 from servebench.config import Ec2Provision
-from servebench.errors import ReleaseError
+from servebench.endpoint import Endpoint
+from servebench.errors import TeardownError
 from servebench.provision.interface import (
-    Endpoint,
     LaunchError,
     Provisioner,
     Reaped,
@@ -386,7 +386,7 @@ class Ec2Provisioner(Provisioner):
         try:
             return reap(settings, run_is_live, now=now)
         except (ClientError, BotoCoreError) as exc:
-            raise ReleaseError(f"reaping ec2 instances failed: {exc}") from exc
+            raise TeardownError(f"reaping ec2 instances failed: {exc}") from exc
 
     def paid_hosts(self) -> list[dict]:
         """Every instance tagged with this run, whatever its state: launch time and, once
@@ -404,14 +404,14 @@ class Ec2Provisioner(Provisioner):
                               "ended_at": _ended_at(instance)})
         return hosts
 
-    def release(self) -> list[str]:
+    def teardown(self) -> list[str]:
         """Terminates every instance tagged with this run (found by tag, so a setup task
         that died between launching and returning its state leaks nothing)."""
         places = self._places()
         try:
             return _terminate_run(self.run_id, places)
         except (ClientError, BotoCoreError) as exc:
-            raise ReleaseError(f"terminating run {self.run_id}'s instances failed: "
+            raise TeardownError(f"terminating run {self.run_id}'s instances failed: "
                                f"{exc}") from exc
 
 

@@ -13,7 +13,7 @@ each target), through this interface only:
   ``stop(endpoint)`` -- per variant, in the bench task; ``stop`` runs in every path;
 - ``hardware(target)``, ``engine_version(adapter, endpoint)`` -- what the cells record as the
   hardware and engine version they ran on;
-- ``release()`` -- the teardown task, which runs even when bench tasks fail: everything the
+- ``teardown()`` -- the teardown task, which runs even when bench tasks fail: everything the
   run still holds is stopped or terminated, and named; then ``paid_hosts()``, what the run
   paid for and from when to when;
 - ``reap_orphans(settings, run_is_live, now)`` -- the hourly janitor: whatever this kind
@@ -30,11 +30,12 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import httpx
 
+from servebench.endpoint import Endpoint
 from servebench.errors import LaunchError
 
 if TYPE_CHECKING:
@@ -43,20 +44,6 @@ if TYPE_CHECKING:
     from servebench.stacks.adapter import StackAdapter
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """Where a variant is served and how to talk to it: a launched server or one that runs."""
-
-    base_url: str
-    served_model: str
-    chat_path: str
-    metrics_path: str | None = None
-    headers: dict[str, str] = field(default_factory=dict, repr=False)  # may carry a key
-    argv: list[str] | None = None  # the launch command, for provenance (None: not launched)
-    name: str = ""
-    pid: int | None = None  # a local server's process
 
 
 @dataclass(frozen=True)
@@ -129,7 +116,7 @@ class Provisioner(ABC):
         return adapter.version(self.settings)
 
     @abstractmethod
-    def release(self) -> list[str]:
+    def teardown(self) -> list[str]:
         """Stop or terminate everything the run still holds; returns what it stopped."""
 
     @classmethod
@@ -141,7 +128,7 @@ class Provisioner(ABC):
         return []
 
     def paid_hosts(self) -> list[dict]:
-        """The machines this run paid for by the hour, after ``release``: ``host``, ``target``,
+        """The machines this run paid for by the hour, after ``teardown``: ``host``, ``target``,
         ``instance_type``, ``launched_at``, ``ended_at`` (None: still up). Empty where the
         provisioner holds no such machine (the units' own server time is what was paid)."""
         return []
@@ -206,24 +193,9 @@ def project_provisions(settings: Settings, kind: type) -> list:
     return found
 
 
-_REGISTRY: dict[str, type[Provisioner]] = {}
+REGISTRY: dict[str, type[Provisioner]] = {}  # filled by @register_provisioner
 
 
 def register_provisioner(cls: type[Provisioner]) -> type[Provisioner]:
-    _REGISTRY[cls.kind] = cls
+    REGISTRY[cls.kind] = cls
     return cls
-
-
-def get_provisioner(kind: str) -> type[Provisioner]:
-    from servebench import provision  # noqa: F401  (imports the kinds so they register)
-
-    try:
-        return _REGISTRY[kind]
-    except KeyError:
-        raise KeyError(f"unknown provision kind {kind!r}; known: {sorted(_REGISTRY)}") from None
-
-
-def provision_kinds() -> list[str]:
-    from servebench import provision  # noqa: F401
-
-    return sorted(_REGISTRY)

@@ -24,8 +24,8 @@ import time
 from typing import TYPE_CHECKING
 
 from servebench.config import KubernetesProvision
+from servebench.endpoint import Endpoint
 from servebench.provision.interface import (
-    Endpoint,
     LaunchError,
     Provisioner,
     Reaped,
@@ -280,7 +280,7 @@ class KubernetesProvisioner(Provisioner):
             raise RuntimeError(f"reaping kubernetes pods failed: {exc.status} "
                                f"{exc.reason}") from exc
 
-    def release(self) -> list[str]:
+    def teardown(self) -> list[str]:
         gone = []
         for namespace, context, kubeconfig in self.state.get("places", []):
             spec = KubernetesProvision(kind="kubernetes", namespace=namespace,

@@ -3,7 +3,7 @@ subprocesses on the worker that runs the bench task.
 
 Every server is started in its own session (process group) and recorded in a pid file under
 the run's state folder, so the teardown task -- a different process, maybe a different try --
-can stop whatever a crashed task left behind. ``reap`` (``release``) is that teardown.
+can stop whatever a crashed task left behind. ``reap`` (``teardown``) is that teardown.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import httpx
 
+from servebench.endpoint import Endpoint
 from servebench.errors import ServerLaunchError
 from servebench.provenance import hardware
 from servebench.provision.interface import (
-    Endpoint,
     LaunchError,
     Provisioner,
     register_provisioner,
@@ -119,7 +119,7 @@ class LocalProvisioner(Provisioner):
     def hardware(self, target) -> str:
         return hardware()
 
-    def release(self) -> list[str]:
+    def teardown(self) -> list[str]:
         return self.reap()
 
     def _pid_file(self, name: str) -> Path:

@@ -11,14 +11,13 @@ with that reason. Keys are resolved when used, never stored in the spec, rows or
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from servebench.config import HOSTED_STACKS, EndpointSpec, StaticProvision
+from servebench.config import HOSTED_STACKS, StaticProvision
+from servebench.endpoint import Endpoint, connection, locate
 from servebench.provision.interface import (
-    Endpoint,
     LaunchError,
     Provisioner,
     poll_health,
@@ -34,34 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 UNKNOWN_VERSION = "unknown (static endpoint)"
 UNKNOWN_HARDWARE = "static endpoint (hardware not recorded)"
-
-
-def connection(conn_id: str) -> tuple[str | None, str | None]:
-    """(base URL, API key) from an Airflow connection."""
-    from airflow.sdk import Connection  # imported late: plain CLI runs need no Airflow
-
-    conn = Connection.get(conn_id)
-    host = conn.host or ""
-    if host and "://" not in host:
-        host = f"https://{host}"
-    return host or None, conn.password
-
-
-def locate(ep: EndpointSpec, *, default_key_env: bool = True) -> tuple[str, dict[str, str]]:
-    """(base URL without a trailing slash, request headers with the key if there is one).
-    Without ``default_key_env`` the key's environment variable is read only when the spec
-    names one: a self-hosted server must not be sent OPENAI_API_KEY by default."""
-    base_url, key = None, None
-    if ep.conn_id:
-        base_url, key = connection(ep.conn_id)
-    base_url = base_url or ep.base_url
-    key_env = ep.api_key_env if default_key_env or "api_key_env" in ep.model_fields_set \
-        else None
-    if key is None and key_env:
-        key = os.environ.get(key_env)
-    if not base_url:
-        raise ValueError(f"no base URL (connection {ep.conn_id!r} has no host)")
-    return base_url.rstrip("/"), ({"Authorization": f"Bearer {key}"} if key else {})
 
 
 @register_provisioner
@@ -139,5 +110,5 @@ class StaticProvisioner(Provisioner):
         return (served_engine_version(adapter, endpoint) if endpoint else None) \
             or UNKNOWN_VERSION
 
-    def release(self) -> list[str]:
+    def teardown(self) -> list[str]:
         return []  # nothing was started, so nothing is torn down

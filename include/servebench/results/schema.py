@@ -286,6 +286,7 @@ UNITS = pa.schema(
         _f("measure_s", _F64),  # inside measured windows
         _f("golden_s", _F64),
         _f("stop_s", _F64),
+        _f("golden_failures", _STR),  # golden sets that failed on the variant, with why
     ]
 )
 

@@ -17,8 +17,8 @@ from typing import ClassVar
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from servebench.config import SamplingSpec, VariantOptions, VariantSpec
-from servebench.provision.interface import Endpoint
+from servebench.config import SamplingSpec, VariantSpec
+from servebench.endpoint import Endpoint
 from servebench.settings import Settings
 from servebench.tokenize import TokenizeApi
 
@@ -106,8 +106,6 @@ class StackAdapter(ABC):
     # counts; None: the checkpoint's tokenizer.json on the worker (``servebench.tokenize``)
     tokenize_api: ClassVar[TokenizeApi | None] = None
     # whether ``chat_body(force_length=True)`` really yields exactly max_tokens tokens
-    # what a variant of this stack may set: VariantOptions plus the knob groups it honours
-    options: ClassVar[type[VariantOptions]] = VariantOptions
     can_force_length: ClassVar[bool] = True
     natural_length_reason: ClassVar[str | None] = None  # why not, where it cannot
     # False where forced tokens may be special ones the server does not stream as text
@@ -212,33 +210,12 @@ class StackAdapter(ABC):
         return None
 
 
-_REGISTRY: dict[str, type[StackAdapter]] = {}
+REGISTRY: dict[str, type[StackAdapter]] = {}  # filled by @register_stack
 
 
 def register_stack(cls: type[StackAdapter]) -> type[StackAdapter]:
-    _REGISTRY[cls.name] = cls
+    REGISTRY[cls.name] = cls
     return cls
-
-
-def stack_options(name: str) -> type[VariantOptions] | None:
-    """The options model of stack ``name`` (None: no such stack)."""
-    cls = _REGISTRY.get(name)
-    return cls.options if cls is not None else None
-
-
-def get_stack(name: str) -> StackAdapter:
-    from servebench import stacks  # noqa: F401  (imports the adapters so they register)
-
-    try:
-        return _REGISTRY[name]()
-    except KeyError:
-        raise KeyError(f"unknown stack {name!r}; known stacks: {sorted(_REGISTRY)}") from None
-
-
-def known_stacks() -> list[str]:
-    from servebench import stacks  # noqa: F401
-
-    return sorted(_REGISTRY)
 
 
 def image_tag(image: str) -> str | None:

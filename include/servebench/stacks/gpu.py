@@ -15,11 +15,7 @@ from collections.abc import Collection
 from typing import ClassVar
 
 from servebench.config import (
-    ContainerOption,
-    DtypeOption,
-    GpuOptions,
     SamplingSpec,
-    VariantOptions,
     VariantSpec,
 )
 from servebench.settings import Settings
@@ -59,14 +55,8 @@ def weights_dtype(variant: VariantSpec) -> str | None:
     return variant.dtype or QUANT_DTYPES.get(variant.quant.lower())
 
 
-class HfGpuVariant(VariantOptions, DtypeOption, ContainerOption, GpuOptions):
-    """What a variant of a GPU engine may set."""
-
-
 class HfGpuStack(StackAdapter):
     """A GPU engine serving a Hugging Face checkpoint (a hub id or a local folder)."""
-
-    options = HfGpuVariant
 
     default_image: ClassVar[str]  # pin per variant with `image:`
     entrypoint: ClassVar[tuple[str, ...] | None]  # in the image (None: the image's own)

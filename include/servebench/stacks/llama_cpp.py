@@ -11,10 +11,7 @@ import subprocess
 from pathlib import Path
 
 from servebench.config import (
-    ContainerOption,
     SamplingSpec,
-    ThreadsOption,
-    VariantOptions,
     VariantSpec,
 )
 from servebench.settings import Settings
@@ -38,13 +35,8 @@ GGUF_QUANTS = {
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"
 
 
-class LlamaCppVariant(VariantOptions, ThreadsOption, ContainerOption):
-    """What a llama.cpp variant may set (a GGUF file, CPU threads, the server image)."""
-
-
 @register_stack
 class LlamaCppStack(StackAdapter):
-    options = LlamaCppVariant
     name = "llama_cpp"
     engine = "llama.cpp"
     tokenize_api = LLAMA_CPP_TOKENIZE

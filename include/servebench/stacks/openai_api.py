@@ -23,8 +23,7 @@ from __future__ import annotations
 import os
 
 from servebench.config import EndpointSpec, SamplingSpec, VariantSpec
-from servebench.provision.interface import Endpoint
-from servebench.provision.static import connection, locate
+from servebench.endpoint import Endpoint, connection, locate
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     ContainerLaunch,
@@ -47,8 +46,6 @@ class OpenAIApiStack(StackAdapter):
     name = "openai_api"
     engine = "openai-api"
     chat_path = "/chat/completions"  # base URLs end in /v1, as openai-python's do
-    # VariantOptions alone: a hosted API's serving configuration (dtype, KV cache, parallelism,
-    # image) is the provider's, so a variant that sets any is refused when the spec is read
     can_force_length = False  # only with endpoint.dialect 'vllm' (forces_length)
     natural_length_reason = ("the OpenAI schema has no ignore_eos/min_tokens; dialect 'vllm' "
                              "for a provider that honours them")

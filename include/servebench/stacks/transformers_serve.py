@@ -16,10 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from servebench.config import (
-    DtypeOption,
     SamplingSpec,
-    ThreadsOption,
-    VariantOptions,
     VariantSpec,
 )
 from servebench.settings import Settings
@@ -49,13 +46,8 @@ def special_token_ids(model_dir: str) -> dict[str, int]:
     return ids
 
 
-class TransformersVariant(VariantOptions, ThreadsOption, DtypeOption):
-    """What a transformers serve variant may set (a local checkpoint, CPU threads, dtype)."""
-
-
 @register_stack
 class TransformersServeStack(StackAdapter):
-    options = TransformersVariant
     name = "transformers"
     engine = "transformers-serve"
     metrics_path = None  # `transformers serve` exports no Prometheus metrics

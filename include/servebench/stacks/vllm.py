@@ -48,7 +48,7 @@ import json
 import os
 from pathlib import Path
 
-from servebench.config import ThreadsOption, VariantSpec
+from servebench.config import VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     EngineGauges,
@@ -58,7 +58,6 @@ from servebench.stacks.adapter import (
 )
 from servebench.stacks.gpu import (
     HfGpuStack,
-    HfGpuVariant,
     checkpoint_args,
     listen_args,
     weights_dtype,
@@ -100,11 +99,6 @@ def installed_build(venv: Path) -> tuple[str, str] | None:
     return None
 
 
-class VllmVariant(HfGpuVariant, ThreadsOption):
-    """What a vLLM variant may set: the GPU engines' knobs, and ``threads`` for the CPU
-    build."""
-
-
 def speculative_config(variant: VariantSpec) -> dict | None:
     spec = variant.speculative
     if spec is None:
@@ -125,7 +119,6 @@ def speculative_config(variant: VariantSpec) -> dict | None:
 class VllmStack(HfGpuStack):
     name = "vllm"
     engine = "vllm"
-    options = VllmVariant
     default_image = "vllm/vllm-openai:v0.19.1"
     length_field = "max_completion_tokens"  # max_tokens is deprecated there
     entrypoint = ("vllm", "serve")

@@ -29,7 +29,6 @@ a cause are one **finding** (an engine upgrade that slows 40 series is one regre
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import json
 import logging
@@ -39,9 +38,16 @@ from collections.abc import Iterable
 import numpy as np
 import pandas as pd
 
-from servebench.config import TrendsSpec, cell_spec
+from servebench.config import TrendsSpec
 from servebench.results.store import ResultStore
 from servebench.trends.annotations import Annotation, reset_night
+from servebench.trends.attribution import (
+    NOTHING_CHANGED,
+    WHERE,
+    attribute,
+    matching,
+    recorded_change,
+)
 from servebench.trends.detect import DetectorSettings, detect, noise_sigma
 from servebench.trends.series import (
     BY_COLUMN,
@@ -55,11 +61,6 @@ from servebench.trends.series import (
 
 log = logging.getLogger(__name__)
 
-CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "sampling_hash",
-                   "hardware")
-RUN_PROVENANCE = ("suite_git_sha",)  # and the cell's part of the sweep spec (_spec_diff)
-SPEC_CHANGES_SHOWN = 4
-NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"
 HOST_CHANGED = ("the host: the target's other variants (those with no recorded change of "
                 "their own) moved the same way from that night, and nothing recorded changed")
 HOST_CELL = ("the host: this cell's {metrics} moved with the target's other variants from "
@@ -67,11 +68,6 @@ HOST_CELL = ("the host: this cell's {metrics} moved with the target's other vari
 MOVES = ("regression", "improvement", "host_change")  # a series' change, raised once
 HOST_SHARE = 0.5  # a sibling variant moved the same way by 0.5x to 2x as much
 HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nights
-RECORDED_STEP_SHARE = 0.75  # a later recorded change, stepping this share as far, is the night
-# a drastic night's jump finishes a move that a recorded change up to ``locate_tolerance``
-# nights before began, when every night since stood this many of the baseline's sigmas off on
-# the jump's side
-LEAD_SIGMAS = 2.0
 
 
 def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
@@ -114,7 +110,7 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
         # a drastic jump is tonight, exactly; a change found over several nights is placed to
         # within the detector's locate tolerance
         tolerance = 0 if change.drastic else s.locate_tolerance
-        night, cause = _attribute(cells, runs, first, change.night, lo=start, hi=tonight,
+        night, cause = attribute(cells, runs, first, change.night, lo=start, hi=tonight,
                                   tolerance=tolerance, values=values,
                                   lead=s.locate_tolerance if change.drastic else 0)
         before, after, rel_change = change.before, change.after, change.rel_change
@@ -193,7 +189,7 @@ def _corroborated(cells: pd.DataFrame, night_of: dict[str, int], row: dict, star
     """Whether a typical-request statistic of ``row``'s cell (E2E p50, output tok/s; not the
     alert's own) is worse tonight than on its nights since ``start`` by
     ``outlier_sigmas`` of their own noise and by ``witness_rel`` of their level."""
-    mask = (cells["status"] == "ok") & _at(cells, row, WHERE)
+    mask = (cells["status"] == "ok") & matching(cells, row, WHERE)
     mine = cells[mask].assign(night=lambda f: f["run_id"].map(night_of))
     mine = mine[mine["night"] >= start].sort_values("night")
     before, now = mine[mine["night"] < tonight], mine[mine["night"] == tonight]
@@ -214,7 +210,6 @@ def _corroborated(cells: pd.DataFrame, night_of: dict[str, int], row: dict, star
     return False
 
 
-WHERE = ("target", "stack", "variant", "workload", "load_point")  # a cell, within a run
 
 
 def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, row: dict,
@@ -236,7 +231,7 @@ def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, ro
             & (series["load_point"] == row["load_point"]) & (series["variant"] != row["variant"]))
     witnesses = alike = 0
     for _, sibling in series[mask].groupby("variant", sort=False):
-        _, cause = _attribute(cells, runs, sibling.iloc[-1].to_dict(), night, lo=0,
+        _, cause = attribute(cells, runs, sibling.iloc[-1].to_dict(), night, lo=0,
                               hi=tonight, tolerance=s.locate_tolerance)
         if cause != NOTHING_CHANGED:  # its own move, if any, has a recorded cause
             continue
@@ -321,7 +316,7 @@ def _moved_from(series: pd.DataFrame, row: dict, metric: str, nights: range, *,
     """Whether ``row``'s cell's ``metric`` stands off its level before one of ``nights`` (the
     median of its last HOST_BEFORE_NIGHTS nights before it) on the ``worse`` (or better) side
     from that night on: the median since, beyond twice the noise of such a median."""
-    mine = series[(series["metric"] == metric) & _at(series, row, WHERE)]
+    mine = series[(series["metric"] == metric) & matching(series, row, WHERE)]
     sign = BY_COLUMN[metric].worse_sign * (1 if worse else -1)
     for start in nights:
         shift = _shift(mine, start)
@@ -352,177 +347,6 @@ def _where(row: dict) -> dict:
     return {k: row.get(k) for k in WHERE}
 
 
-def _at(cells: pd.DataFrame, row: dict, keys) -> pd.Series:
-    """The rows of ``cells`` whose ``keys`` equal ``row``'s."""
-    mask = pd.Series(True, index=cells.index)
-    for key in keys:
-        mask &= cells[key] == row[key]
-    return mask
-
-
-def _cell_at(cells: pd.DataFrame, run_id: str, row: dict) -> dict | None:
-    keys = WHERE if row.get("workload") else WHERE[:3]  # a variant-wide alert: any of its cells
-    found = cells[(cells["run_id"] == run_id) & _at(cells, row, keys)]
-    return found.iloc[0].to_dict() if not found.empty else None
-
-
-def _attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *, lo: int,
-               hi: int, tolerance: int, values: np.ndarray | None = None,
-               lead: int = 0) -> tuple[int, str]:
-    """(change night, cause): the detector places a change to within ``tolerance`` nights
-    (Otava's split and the noise test can land a night off when few nights follow it), so a
-    recorded provenance change that near -- the nearest, the detector's own night first -- is
-    the change night and its cause. A change raised on the night that decides it can also be
-    placed too early, where a few soft nights lean the same way (seen in the local proof:
-    throughput placed three and four nights before the slots were cut, on nights 2-15% low):
-    with the series' ``values``, the first recorded change later than that, up to tonight,
-    where the level steps the same way by RECORDED_STEP_SHARE of the located step or more (a
-    recorded change is evidence of its own), is the change night. A drastic night's jump
-    (``lead`` nights) can finish a move a recorded change began up to ``lead`` nights before
-    it, too little for the evidence test by itself (seen in the local proof: the slowed
-    variant's cost +14% and +20% the two nights after its slots were cut, then +58% on a slow
-    night of the host): where every night since that change stood LEAD_SIGMAS of the
-    baseline's noise off on the jump's side, it is the change night. Else the detector's
-    night, with nothing recorded changed."""
-    for offset in sorted(range(-tolerance, tolerance + 1), key=lambda d: (abs(d), d)):
-        candidate = night + offset
-        if lo < candidate <= hi:
-            cause = _cause(cells, runs, row, candidate)
-            if cause != NOTHING_CHANGED:
-                return candidate, cause
-    if values is not None and lead:
-        side = np.sign(values[night] - np.nanmedian(values[lo:night]))
-        for earlier in range(night - 1, max(lo, night - lead - 1), -1):
-            cause = _cause(cells, runs, row, earlier)
-            if cause == NOTHING_CHANGED:
-                continue
-            base = values[lo:earlier][np.isfinite(values[lo:earlier])]
-            off = (values[earlier:night] - np.median(base)) * side if len(base) >= 4 else None
-            # (a night missing, NaN, is no evidence)
-            if off is not None and np.all(off > LEAD_SIGMAS * noise_sigma(base)):
-                return earlier, cause
-            break  # the nearest earlier recorded change began it, or none did
-    if values is not None:
-        located = _step(values, lo, night)
-        for later in range(max(night + tolerance + 1, lo + 1), hi + 1):
-            cause = _cause(cells, runs, row, later)
-            if cause == NOTHING_CHANGED:
-                continue
-            step = _step(values, lo, later)
-            if step * located > 0 and abs(step) >= RECORDED_STEP_SHARE * abs(located):
-                return later, cause
-            break  # the first later recorded change explains it, or none does
-    # the detector's own night was looked at first above, when it lies in (lo, hi]
-    return night, NOTHING_CHANGED if lo < night <= hi else _cause(cells, runs, row, night)
-
-
-def _step(values: np.ndarray, lo: int, night: int) -> float:
-    """How far the level moves at ``night``: the median from it on less the median of the
-    nights from ``lo`` before it (0 where either side has no value)."""
-    before, after = values[lo:night], values[night:]
-    if not np.isfinite(before).any() or not np.isfinite(after).any():
-        return 0.0
-    return float(np.nanmedian(after) - np.nanmedian(before))
-
-
-def _cause(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int) -> str:
-    """What the recorded provenance says changed between the night before ``night`` and it."""
-    if night == 0:
-        return NOTHING_CHANGED
-    before_run, after_run = runs.iloc[night - 1], runs.iloc[night]
-    before = _cell_at(cells, before_run["run_id"], row) or {}
-    after = _cell_at(cells, after_run["run_id"], row) or {}
-    changes = []
-    pairs = [(key, before.get(key), after.get(key)) for key in CELL_PROVENANCE]
-    pairs += [(key, before_run.get(key), after_run.get(key)) for key in RUN_PROVENANCE]
-    for key, a, b in pairs:
-        if _missing(a) or _missing(b) or a == b:
-            continue
-        if key == "launch_args":
-            diff = _flag_diff(a, b)
-            if diff:
-                changes.append(f"launch args {diff}")
-            continue
-        changes.append(f"{key} {_short(a)} -> {_short(b)}")
-    spec = _spec_diff(before_run, after_run, row)
-    if spec:
-        changes.append(f"sweep {spec}")
-    return "; ".join(changes) if changes else NOTHING_CHANGED
-
-
-def _spec_diff(before_run: pd.Series, after_run: pd.Series, row: dict) -> str:
-    """``variant.max_num_seqs 4 -> 1``: what changed, between two runs, in the part of the
-    sweep spec ``row``'s cell measured (``config.cell_spec``); a run without its spec is
-    compared by the whole sweep's hash."""
-    a, b = before_run.get("spec_json"), after_run.get("spec_json")
-    if _missing(a) or _missing(b):
-        h1, h2 = before_run.get("sweep_hash"), after_run.get("sweep_hash")
-        return "" if _missing(h1) or _missing(h2) or h1 == h2 else f"hash {h1} -> {h2}"
-    where = (row["target"], row["variant"], row.get("workload") or None)
-    old, new = _cell_spec(a, *where), _cell_spec(b, *where)
-    parts = [f"{key} {_short(old.get(key, '(none)'))} -> {_short(new.get(key, '(none)'))}"
-             for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
-    if len(parts) > SPEC_CHANGES_SHOWN:
-        parts = parts[:SPEC_CHANGES_SHOWN] + [f"and {len(parts) - SPEC_CHANGES_SHOWN} more"]
-    return ", ".join(parts)
-
-
-@functools.lru_cache(maxsize=256)
-def _cell_spec(spec_json: str, target: str, variant: str, workload: str | None) -> dict:
-    """``config.cell_spec`` of a stored spec, parsed once: a night's spec is compared for
-    every series and candidate night (read only: the dict is shared)."""
-    return cell_spec(json.loads(spec_json), target=target, variant=variant, workload=workload)
-
-
-# where a server listens changes every night and says nothing about what was measured
-PLACEMENT_FLAGS = {"--host", "--port", "-p", "--api-server-count"}
-
-
-def _flags(argv_json: str) -> dict[str, str]:
-    """A launch command as {flag: value} (the binary and the listen address left out)."""
-    try:
-        argv = json.loads(argv_json)
-    except (TypeError, ValueError):
-        return {"": str(argv_json)}
-    flags: dict[str, str] = {}
-    i = 1  # argv[0] is the binary: its version is engine_version's business
-    while i < len(argv):
-        token = str(argv[i])
-        value = ""
-        if token.startswith("-") and i + 1 < len(argv) and not str(argv[i + 1]).startswith("--"):
-            value = str(argv[i + 1])
-            i += 1
-        if token not in PLACEMENT_FLAGS:
-            flags[token] = value
-        i += 1
-    return flags
-
-
-def _flag_diff(a: str, b: str) -> str:
-    """``--parallel 2 -> 1; +--no-mmap; ---flash-attn``: the flags that changed."""
-    before, after = _flags(a), _flags(b)
-    parts = []
-    for flag in sorted(set(before) | set(after)):
-        if flag not in after:
-            parts.append(f"-{flag} {before[flag]}".rstrip())
-        elif flag not in before:
-            parts.append(f"+{flag} {after[flag]}".rstrip())
-        elif before[flag] != after[flag]:
-            parts.append(f"{flag} {before[flag]} -> {after[flag]}")
-    return "; ".join(parts)
-
-
-def _missing(value) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def _short(value) -> str:
-    text = str(value)
-    if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
-        return text[:12]  # a hash
-    return text if len(text) <= 120 else text[:117] + "..."
-
-
 def _newly_failing(cells: pd.DataFrame, runs: pd.DataFrame, tonight: int) -> list[dict]:
     if tonight == 0:
         return []
@@ -539,7 +363,7 @@ def _newly_failing(cells: pd.DataFrame, runs: pd.DataFrame, tonight: int) -> lis
                      "change_date": runs["run_date"].iloc[tonight],
                      "change_run_id": runs["run_id"].iloc[tonight], "nights_since": 1,
                      "reason": f"{cell['status']}: {cell.get('reason')}",
-                     "cause": _cause(cells, runs, cell, tonight)})
+                     "cause": recorded_change(cells, runs, cell, tonight)})
     return rows
 
 

@@ -10,7 +10,11 @@ import threading
 from typing import Any
 
 import pytest
+from servebench.loadgen import client as httpx_client
+from servebench.loadgen import fastclient
 from servebench.loadgen.engine import LoadSpec, run_load_sync
+from servebench.loadgen.records import RequestRecord
+from servebench.loadgen.stream import StreamState
 from servebench.metrics import ttft_s
 
 CHAT = "/v1/chat/completions"
@@ -73,6 +77,11 @@ SCENARIOS: dict[str, list[bytes]] = {
                 b"0\r\n", b"\r\n"],
     # keep-alive implied, but the server closes right after each response (llama.cpp)
     "close_after": [HEAD + chunked(NORMAL)],
+    # responses that break the protocol: the server's error in the record, never a crash
+    "bad_chunk_size": [HEAD + b"zz\r\n" + ev(chat("a")) + b"\r\n0\r\n\r\n"],
+    "bad_status_line": [b"HTTP/1.1 OK fine\r\nContent-Length: 0\r\n\r\n"],
+    "bad_event_shape": [HEAD + chunked(ev(chat("a")) + ev({"model": "m", "choices": "oops"}) +
+                                       b"data: [DONE]\n\n")],
 }
 CLOSE_AFTER = {"eof_mid_body", "until_close", "close_after"}
 
@@ -172,6 +181,51 @@ def test_expected_records(server) -> None:
         'HTTPStatusError: 500 Internal Server Error: {"error":{"message":"exploded!"}}'
     assert run(server, "stream_error", "fast")[0][0]["error"] == "StreamError: engine died"
     assert all(s["ok"] for s in run(server, "close_after", "fast", n=6)[0])  # retried once
+
+
+@pytest.mark.parametrize("client", ["fast", "httpx"])
+def test_a_malformed_response_is_the_servers_protocol_error(server, client) -> None:
+    for name in ("bad_chunk_size", "bad_status_line"):
+        (s, *_), _ = run(server, name, client)
+        assert s["error"] == "RemoteProtocolError" and not s["ok"], name
+    (s, *_), res = run(server, "bad_event_shape", client)
+    assert s["error"] == "ProtocolError" and s["text"] == "a"
+    assert "unexpected SSE event shape" in res.records[0].error
+
+
+@pytest.mark.parametrize("event", [
+    b'{"choices":"oops"}', b'{"choices":[1]}', b'{"choices":{"0":{}}}',
+    b'{"choices":[{"delta":"x"}]}', b'{"choices":[{"delta":{"content":5}}]}',
+    b'{"choices":[{"text":["a"]}]}', b'{"usage":[1]}',
+    b'{"choices":[{"delta":{"content":"a"}}],"usage":{"completion_tokens":"5"}}',
+])
+def test_an_event_of_the_wrong_shape_is_the_servers_protocol_error(event: bytes) -> None:
+    st = StreamState(RequestRecord("r", "c", 0.0))
+    st.on_event(event, 1.0)
+    assert st.error is not None and st.error.startswith("ProtocolError: unexpected SSE event")
+
+
+def test_a_parser_failure_on_a_well_formed_event_is_raised() -> None:
+    st = StreamState(RequestRecord("r", "c", 0.0))
+    st.rec.chunk_times = None  # type: ignore[assignment]  # stands for a bug of ours
+    with pytest.raises(AttributeError):
+        st.on_event(json.dumps(chat("a")).encode(), 1.0)
+    assert st.error is None
+
+
+@pytest.mark.parametrize("client", ["fast", "httpx"])
+def test_a_bug_of_the_client_is_raised_not_relabelled(server, monkeypatch, client) -> None:
+    """A failure of the client's own code while it reads a good response is not the server's:
+    the load raises it, with the traceback of where it happened, instead of recording it as a
+    RemoteProtocolError (or anything else) and carrying on."""
+
+    def broken_frame(buf: bytes) -> tuple[list[bytes], bytes]:
+        raise TypeError("a bug of ours")
+
+    monkeypatch.setattr(fastclient if client == "fast" else httpx_client, "frame", broken_frame)
+    with pytest.raises(TypeError, match="a bug of ours") as err:
+        run(server, "normal", client)
+    assert any(entry.name == "broken_frame" for entry in err.traceback)
 
 
 def test_collect_text_off_keeps_counts(server) -> None:

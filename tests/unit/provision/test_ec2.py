@@ -12,7 +12,7 @@ from servebench.provision.ec2 import (
     render_script,
 )
 from servebench.settings import PROJECT_ROOT, get_settings
-from servebench.stacks.adapter import get_stack
+from servebench.stacks import get_stack
 
 EC2 = {"kind": "ec2", "instance_type": "g6e.xlarge", "ami": "ami-0123456789abcdef0"}
 

@@ -10,7 +10,8 @@ from servebench.config import SpecError, load_sweep
 from servebench.provision import get_provisioner
 from servebench.provision.kubernetes import object_name, render, run_label
 from servebench.settings import PROJECT_ROOT, get_settings
-from servebench.stacks.adapter import get_stack, hub_cache_dir
+from servebench.stacks import get_stack
+from servebench.stacks.adapter import hub_cache_dir
 
 RUN = "scheduled__2026-12-01T02:00:00+00:00"
 NOW = dt.datetime(2026, 12, 1, 2, 5, tzinfo=dt.UTC)

@@ -1,15 +1,19 @@
 """The provisioner seam: a sweep picks where its servers come from by its spec alone, and
 bad provisioning is a plan-time error naming the file and field."""
 
+import datetime as dt
+
 import pytest
 import yaml
 from servebench.config import SpecError, load_sweep
+from servebench.endpoint import locate
 from servebench.pipeline import provision, teardown
+from servebench.plan import Plan
 from servebench.provision import LaunchError, get_provisioner, provision_kinds
 from servebench.provision.local import LocalProvisioner
-from servebench.provision.static import StaticProvisioner, locate
+from servebench.provision.static import StaticProvisioner
 from servebench.settings import PROJECT_ROOT, get_settings
-from servebench.stacks.adapter import get_stack
+from servebench.stacks import get_stack
 
 
 def _sweep(tmp_path, target: dict):
@@ -92,7 +96,10 @@ def test_an_endpoint_that_never_answers_is_a_launch_error(tmp_path):
 def test_provision_acquires_per_kind_and_teardown_works_without_it(tmp_path, monkeypatch):
     monkeypatch.setenv("SERVEBENCH_WORK_DIR", str(tmp_path / "runs"))
     path = _sweep(tmp_path, {"stack": "llama_cpp", "variants": [_variant()]})
-    plan = {"spec": load_sweep(path).model_dump(mode="json")}
+    spec = load_sweep(path)  # the plan's checks are test_plan's: only its targets matter here
+    plan = Plan(sweep_file=str(path), run_date=dt.date(2026, 1, 1), spec=spec,
+                sweep_hash=spec.spec_hash(), sampling_hash=spec.sampling.spec_hash(),
+                prompt_seed=1, units=[], n_cells=0).to_xcom()
     state = provision(plan, "run-1")
     assert set(state["kinds"]) == {"local"}
     assert (tmp_path / "runs" / "run-1").is_dir()

@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from engine_variants import MODEL, SPEC, VARIANTS, v  # noqa: F401  (tests/engine_variants.py)
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.settings import Settings
 from servebench.stacks import get_stack
-from engine_variants import MODEL, SPEC, VARIANTS, v  # noqa: F401  (tests/engine_variants.py)
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "engines"
 HOT = SamplingSpec(temperature=0.7, top_p=0.9, top_k=20, min_p=0.05, repetition_penalty=1.1,

@@ -12,6 +12,12 @@ SAMPLING = SamplingSpec(temperature=0.0, top_p=1.0, top_k=0, min_p=0.0, repetiti
 MESSAGES = [{"role": "user", "content": "12+34="}]
 
 
+def test_every_stack_has_its_options_model_in_the_spec():
+    from servebench.config import STACK_OPTIONS
+
+    assert sorted(STACK_OPTIONS) == known_stacks()
+
+
 def test_registry_lists_known_on_unknown():
     assert {"llama_cpp", "transformers"} <= set(known_stacks())
     with pytest.raises(KeyError, match=r"unknown stack 'vlm'; known stacks: \["):

@@ -111,19 +111,19 @@ def test_the_digest_file_links_a_chart_of_each_change(history, monkeypatch):
 def test_launch_args_are_compared_flag_by_flag_without_the_listen_address():
     import json
 
-    from servebench.trends.nightly import _flag_diff
+    from servebench.trends.attribution import flag_diff
 
     a = json.dumps(["/x/llama-server", "--model", "m.gguf", "--host", "127.0.0.1", "--port",
                     "40001", "--parallel", "2", "--cont-batching"])
     b = json.dumps(["/y/llama-server", "--model", "m.gguf", "--host", "127.0.0.1", "--port",
                     "40517", "--parallel", "1", "--no-mmap"])
-    assert _flag_diff(a, a.replace("40001", "40999")) == ""
-    assert _flag_diff(a, b) == "---cont-batching; +--no-mmap; --parallel 2 -> 1"
+    assert flag_diff(a, a.replace("40001", "40999")) == ""
+    assert flag_diff(a, b) == "---cont-batching; +--no-mmap; --parallel 2 -> 1"
 
 
 def test_a_change_located_a_night_off_takes_the_recorded_change_night():
     import pandas as pd
-    from servebench.trends.nightly import NOTHING_CHANGED, _attribute
+    from servebench.trends.attribution import NOTHING_CHANGED, attribute
 
     runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(6)],
                          "run_date": [dt.date(2026, 11, 1 + i) for i in range(6)],
@@ -134,11 +134,11 @@ def test_a_change_located_a_night_off_takes_the_recorded_change_night():
                            "launch_args": '["llama-server", "--parallel", "4"]'}
                           for i in range(6)])
     for located in (2, 3, 4, 5):
-        assert _attribute(cells, runs, where, located, lo=0, hi=5, tolerance=2) == (
+        assert attribute(cells, runs, where, located, lo=0, hi=5, tolerance=2) == (
             3, "engine_version b1 -> b2"), located
-    assert _attribute(cells, runs, where, 4, lo=0, hi=5, tolerance=0) == (4, NOTHING_CHANGED)
+    assert attribute(cells, runs, where, 4, lo=0, hi=5, tolerance=0) == (4, NOTHING_CHANGED)
     # the baseline starts after the last alerted change: nothing before it is a cause
-    assert _attribute(cells, runs, where, 4, lo=3, hi=5, tolerance=2) == (4, NOTHING_CHANGED)
+    assert attribute(cells, runs, where, 4, lo=3, hi=5, tolerance=2) == (4, NOTHING_CHANGED)
 
 
 def test_a_drastic_night_needs_the_cells_typical_request():
@@ -369,7 +369,7 @@ def test_a_cell_is_blamed_only_on_its_own_part_of_the_sweep_spec():
     import json
 
     import pandas as pd
-    from servebench.trends.nightly import NOTHING_CHANGED, _cause
+    from servebench.trends.attribution import NOTHING_CHANGED, recorded_change
 
     def spec(victim_seqs: int, floor: float) -> str:
         variant = {"model": "m.gguf", "max_num_seqs": 4, "threads": 1}
@@ -388,18 +388,18 @@ def test_a_cell_is_blamed_only_on_its_own_part_of_the_sweep_spec():
                           for r in ("r0", "r1") for v in ("steady", "victim")])
     steady = {"target": "t", "stack": "llama_cpp", "variant": "steady", "workload": "w",
               "load_point": "c4"}
-    assert _cause(cells, runs, steady, 1) == NOTHING_CHANGED
-    assert _cause(cells, runs, {**steady, "variant": "victim"}, 1) == (
+    assert recorded_change(cells, runs, steady, 1) == NOTHING_CHANGED
+    assert recorded_change(cells, runs, {**steady, "variant": "victim"}, 1) == (
         "sweep variant.max_num_seqs 4 -> 1")
     # another workload's definition is no cause; the cell's own workload's is
     other = runs.assign(spec_json=[spec(4, 0.05), spec(4, 0.05).replace('"input_tokens": 9',
                                                                         '"input_tokens": 10')])
-    assert _cause(cells, other, steady, 1) == NOTHING_CHANGED
-    assert _cause(cells, other, {**steady, "workload": "x"}, 1) == (
+    assert recorded_change(cells, other, steady, 1) == NOTHING_CHANGED
+    assert recorded_change(cells, other, {**steady, "workload": "x"}, 1) == (
         "sweep workloads[x].input_tokens 9 -> 10")
     # runs stored without their spec are compared by the whole sweep's hash
     bare = runs.assign(spec_json=None)
-    assert _cause(cells, bare, steady, 1) == "sweep hash h0 -> h1"
+    assert recorded_change(cells, bare, steady, 1) == "sweep hash h0 -> h1"
 
 
 def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
@@ -407,7 +407,7 @@ def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
     placed the change on night 10, where a few nights ran 2-9% low. The recorded change of
     night 14 steps the level further the same way: it is the change night."""
     import pandas as pd
-    from servebench.trends.nightly import NOTHING_CHANGED, _attribute
+    from servebench.trends.attribution import NOTHING_CHANGED, attribute
 
     tput = np.array([2761, 2760, 2756, 2542, 2746, 2662, 2635, 2735, 2766, 2724, 2493, 2654,
                      2556, 2736, 2279], dtype=float)
@@ -420,9 +420,9 @@ def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
     cells = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
                            "launch_args": '["llama-server", "--parallel", "%d"]'
                            % (4 if i < 14 else 1)} for i in range(n)])
-    assert _attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2, values=tput) == (
+    assert attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2, values=tput) == (
         14, "launch args --parallel 4 -> 1")
-    assert _attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2) == (10, NOTHING_CHANGED)
+    assert attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2) == (10, NOTHING_CHANGED)
     # another run: three soft nights (one 15% low) before the cut, the step there a little
     # smaller than the located one -- the recorded change still explains it
     soft = np.array([2487, 2377, 2468, 2406, 2375, 2444, 2396, 2323, 2439, 2446, 2490, 2083,
@@ -433,12 +433,12 @@ def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
     cells18 = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
                              "launch_args": '["llama-server", "--parallel", "%d"]'
                              % (4 if i < 14 else 1)} for i in range(18)])
-    assert _attribute(cells18, runs18, where, 11, lo=0, hi=17, tolerance=2, values=soft) == (
+    assert attribute(cells18, runs18, where, 11, lo=0, hi=17, tolerance=2, values=soft) == (
         14, "launch args --parallel 4 -> 1")
     # a later recorded change the level did not step at (or stepped the other way) is not it
     flat = tput.copy()
     flat[14] = 2710
-    assert _attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2, values=flat) == (
+    assert attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2, values=flat) == (
         10, NOTHING_CHANGED)
 
 
@@ -448,8 +448,8 @@ def test_a_drastic_night_finishing_a_move_a_recorded_change_began_takes_that_cha
     slow night of the host, which the drastic guard raised on its own night with nothing
     recorded. The cut began the move: it is the change night and the cause."""
     import pandas as pd
+    from servebench.trends.attribution import NOTHING_CHANGED, attribute
     from servebench.trends.detect import DetectorSettings, detect
-    from servebench.trends.nightly import NOTHING_CHANGED, _attribute
 
     cost = np.array([20.3, 18.6, 20.3, 20.5, 19.2, 19.5, 19.7, 20.2, 19.0, 20.2, 21.0, 16.4,
                      19.9, 25.7, 22.7, 23.9, 31.9])
@@ -467,17 +467,17 @@ def test_a_drastic_night_finishing_a_move_a_recorded_change_began_takes_that_cha
                               "launch_args": '["llama-server", "--parallel", "%d"]'
                               % (4 if i < cut else 1)} for i in range(n)])
 
-    assert _attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0, values=cost,
+    assert attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0, values=cost,
                       lead=2) == (14, "launch args --parallel 4 -> 1")
     # without the lead (a change found over nights), or a change further back: tonight's own
-    assert _attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0,
+    assert attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0,
                       values=cost) == (16, NOTHING_CHANGED)
-    assert _attribute(cells(13), runs, where, 16, lo=0, hi=16, tolerance=0, values=cost,
+    assert attribute(cells(13), runs, where, 16, lo=0, hi=16, tolerance=0, values=cost,
                       lead=2) == (16, NOTHING_CHANGED)
     # the nights since the change did not move (a change that did nothing): not it
     still = cost.copy()
     still[14] = 20.1
-    assert _attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0, values=still,
+    assert attribute(cells(14), runs, where, 16, lo=0, hi=16, tolerance=0, values=still,
                       lead=2) == (16, NOTHING_CHANGED)
 
 

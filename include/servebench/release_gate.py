@@ -25,24 +25,27 @@ import json
 import logging
 import math
 import statistics
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
 from servebench.bench import VariantRunner
 from servebench.config import SLOSpec, SweepSpec, load_sweep
+from servebench.defaults import DEFAULT_SWEEP, RELEASE_GATE_THRESHOLDS
 from servebench.errors import ReleaseGateFailed
 from servebench.evals.gate import gate_columns
+from servebench.plan import Plan, plan_spec
 from servebench.provision.interface import Provisioner
 from servebench.settings import Settings, get_settings
 from servebench.trends.series import BY_COLUMN, metric_label
 from servebench.workloads import draw_prompt_seed
 
+if TYPE_CHECKING:
+    from servebench.notify.notifier import Notifier
+
 log = logging.getLogger(__name__)
 
-DEFAULT_THRESHOLDS = {"ttft_ms_p95": 0.25, "tpot_ms_p50": 0.15, "output_throughput": 0.10,
-                      "goodput": 0.10}
 
 
 class ReleaseGateParams(BaseModel):
@@ -50,7 +53,7 @@ class ReleaseGateParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    sweep: str = Field("include/sweeps/local.yaml",
+    sweep: str = Field(DEFAULT_SWEEP,
                        description="the sweep whose sampling, workloads and golden sets apply")
     target: str
     candidate: str = Field(description="the variant to release")
@@ -59,7 +62,7 @@ class ReleaseGateParams(BaseModel):
     concurrency: list[int] | None = Field(None, description="default: the sweep's")
     repetitions: int = Field(3, ge=2, le=20)
     thresholds: dict[str, float] = Field(
-        default_factory=lambda: dict(DEFAULT_THRESHOLDS),
+        default_factory=lambda: dict(RELEASE_GATE_THRESHOLDS),
         description="metric -> the largest relative worsening allowed (0.10 = 10%)")
     slos: SLOSpec | None = None
     on_inconclusive: Literal["needs_person", "fail"] = "needs_person"
@@ -130,20 +133,30 @@ CELL_FIELDS = ("workload", "load_point", "variant", "repetition", "status", "rea
 EVAL_FIELDS = ("target", "variant", "golden_set", "item_id", "correct", "error")
 
 
-def measure_gate(plan: dict, provisioned: dict, run_id: str,
+def plan_gate(params: dict, run_date: dt.date, settings: Settings | None = None) -> Plan:
+    """The plan task: the params validated, the sweep narrowed to the gate and checked as a
+    nightly plan is (a bad param or spec fails here, before anything is provisioned)."""
+    chosen = ReleaseGateParams.model_validate({k: v for k, v in params.items()
+                                               if v is not None})
+    settings = settings or get_settings()
+    return plan_spec(gate_spec(chosen, settings), str(settings.resolve(chosen.sweep)),
+                     run_date=run_date, settings=settings, gate=chosen.model_dump(mode="json"))
+
+
+def measure_gate(plan: Plan | dict, provisioned: dict, run_id: str,
                  settings: Settings | None = None) -> dict:
     """The measure task: the repetitions on the target's provisioner; the rows the verdict
     needs (JSON-able, for the task's XCom)."""
     from servebench.provision import get_provisioner
 
-    settings = settings or get_settings()
-    spec = SweepSpec.model_validate(plan["spec"])
-    params = ReleaseGateParams.model_validate(plan["params"])
+    settings, plan = settings or get_settings(), Plan.from_xcom(plan)
+    spec, params = plan.spec, ReleaseGateParams.model_validate(plan.gate)
     kind = spec.targets[0].provision_kind
     provisioner = get_provisioner(kind).attach(run_id, provisioned["kinds"].get(kind),
                                                settings)
+    # every repetition's prompts from the plan's seed (workloads.prompt_key)
     measured = run_repetitions(spec, params, run_id, provisioner, settings,
-                               prompt_seed=plan.get("prompt_seed"))
+                               prompt_seed=plan.prompt_seed)
 
     def plain(value):
         return None if isinstance(value, float) and math.isnan(value) else value
@@ -239,11 +252,13 @@ def render_verdict(decision: dict, run_id: str) -> str:
     return "\n".join(out) + "\n"
 
 
-def conclude(decision: dict, run_id: str, settings: Settings | None = None) -> str:
-    """Keeps the verdict beside the results (and posts it to Slack where configured);
+def conclude(decision: dict, run_id: str, settings: Settings | None = None,
+             notifier: Notifier | None = None) -> str:
+    """Keeps the verdict beside the results and announces it (``notifier``, default: the
+    deployment's; a notifier that fails is said, never fails the gate: ``notify.notifier``);
     raises :class:`ReleaseGateFailed` when the candidate may not ship. Where it went."""
-    from servebench.notify.slack import post_digest
-    from servebench.pipeline import open_store, slack_credentials
+    from servebench.connections import open_store
+    from servebench.notify.notifier import announce, notifier_for
     from servebench.results.store import encode_run_id
 
     settings = settings or get_settings()
@@ -253,11 +268,7 @@ def conclude(decision: dict, run_id: str, settings: Settings | None = None) -> s
     where = store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.md", markdown)
     store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.json",
                    json.dumps(decision, indent=2, default=str))
-    token, base_url = slack_credentials(settings)
-    if token:
-        post_digest(markdown, token=token, channel=settings.slack_channel, base_url=base_url,
-                    files=[])
-        where += f" and Slack {settings.slack_channel}"
+    where += announce(notifier or notifier_for(settings), markdown)
     log.info("release gate verdict: %s (%s)", decision["overall"], where)
     failing = decision["overall"] == "fail" or (
         decision["overall"] == "inconclusive" and decision["on_inconclusive"] == "fail")

@@ -2,7 +2,7 @@
 against each metric's threshold; quality from the three-way gate."""
 
 import pytest
-from servebench.release import ReleaseGateParams, decide, gate_spec, render_verdict
+from servebench.release_gate import ReleaseGateParams, decide, gate_spec, render_verdict
 
 
 def _params(**kw):

@@ -1,0 +1,102 @@
+"""A committed night told to people: its charts, the HTML report and the digest, kept beside
+the results and announced through the notifier."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+
+import pandas as pd
+
+from servebench.janitor import recently_reaped
+from servebench.levers import lever_rows
+from servebench.notify.charts import latency_throughput_chart, trend_chart
+from servebench.notify.digest import render_digest
+from servebench.notify.html import render_report, report_path
+from servebench.notify.notifier import Notifier, announce
+from servebench.results.store import ResultStore, encode_run_id
+from servebench.trends.nightly import MOVES, load_history
+
+log = logging.getLogger(__name__)
+
+
+def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressions):
+    """PNG charts beside the digest: one per regression or improvement, one latency-vs-
+    throughput per target. Returns ({series_id or "target:<name>": path relative to the
+    digest's folder}, [(title, filename, png)] for Slack's thread, {key: png} for the HTML
+    report)."""
+    folder = f"charts-{hashlib.sha256(run_id.encode()).hexdigest()[:10]}"
+    charts: dict[str, str] = {}
+    files: list[tuple[str, str, bytes]] = []
+    pngs: dict[str, bytes] = {}
+
+    def keep(key: str, name: str, title: str, png: bytes) -> None:
+        rel = f"{folder}/{name}"
+        store.put_bytes(f"digests/date={run_date}/{rel}", png)
+        charts[key] = rel
+        files.append((title, name, png))
+        pngs[key] = png
+
+    moved = regressions[regressions["kind"].isin(MOVES)]
+    if not moved.empty:
+        _, _, series = load_history(store, run_id)
+        for i, alert in enumerate(moved.to_dict("records")):
+            points = series[series["series_id"] == alert["series_id"]]
+            keep(alert["series_id"], f"change-{i}.png",
+                 f"{alert['kind']}: {alert['series_id'].split('#')[0]}",
+                 trend_chart(points, alert))
+    for i, target in enumerate(dict.fromkeys(cells["target"])):
+        png = latency_throughput_chart(cells, target)
+        if png is not None:
+            keep(f"target:{target}", f"target-{i}.png", f"{target}: latency vs throughput", png)
+    return charts, files, pngs
+
+
+@dataclass
+class Night:
+    """What the digest and the report of one committed run are made of."""
+
+    run_id: str
+    run_date: str
+    cells: pd.DataFrame
+    run: dict
+    regressions: pd.DataFrame
+    charts: dict[str, str]
+    files: list
+    pngs: dict[str, bytes]
+    levers: list[dict]
+
+    @classmethod
+    def load(cls, store: ResultStore, run_id: str) -> Night:
+        runs = store.read_table("runs", run_ids=[run_id]).to_pylist()
+        if not runs:
+            raise ValueError(f"run {run_id!r} is not committed in {store.uri}")
+        run, run_date = runs[0], str(runs[0]["run_date"])
+        cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
+        regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
+        charts, files, pngs = _draw_charts(store, run_id, run_date, cells, regressions)
+        requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
+        return cls(run_id, run_date, cells, run, regressions, charts, files, pngs,
+                   lever_rows(cells, requests))
+
+    def put_report(self, store: ResultStore) -> str:
+        """The HTML report, beside the results; where."""
+        return store.put_text(
+            report_path(self.run_date, self.run_id),
+            render_report(self.cells, self.run, store.uri, self.regressions, self.pngs,
+                          self.levers))
+
+    def tell(self, store: ResultStore, notifier: Notifier | None, *,
+             airflow_url: str | None = None) -> str:
+        """The digest (Markdown, with its charts) and the report kept beside the results,
+        the digest announced; where it went (a failed announcement said, not raised)."""
+        markdown = render_digest(self.cells, self.run, store.uri, self.regressions,
+                                 self.charts, self.levers, airflow_url=airflow_url,
+                                 reaped=recently_reaped(store))
+        where = store.put_text(f"digests/date={self.run_date}/{encode_run_id(self.run_id)}.md",
+                               markdown)
+        log.info("report: %s", self.put_report(store))
+        where += announce(notifier, markdown, self.files)
+        log.info("digest: %s", where)
+        return where

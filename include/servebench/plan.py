@@ -1,0 +1,171 @@
+"""The plan: a sweep spec checked against everything it names and expanded into units.
+
+A **unit** is one (target, variant): one server launched, every cell of the sweep's workloads
+and load points measured on it, its golden sets run, the server stopped -- one mapped bench
+task of the DAG. The plan is made once, by the plan task, before anything is provisioned (a
+problem is a ``PlanError`` naming the file and the field); the tasks after it receive it as
+JSON (``Plan.to_xcom``) and read it back typed (``Plan.from_xcom``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+from pydantic import BaseModel, ConfigDict
+
+from servebench.config import SweepSpec, TargetSpec, VariantSpec, load_sweep
+from servebench.connections import store_problems
+from servebench.errors import GoldenSetError, PlanError
+from servebench.evals.golden import load_golden_set
+from servebench.provision import get_provisioner
+from servebench.settings import Settings, get_settings
+from servebench.stacks import get_stack
+from servebench.tokenize import tokenizer_problem
+from servebench.workloads import (
+    TEMPLATE_OVERHEAD_MAX,
+    draw_prompt_seed,
+    max_sequence_tokens,
+)
+
+log = logging.getLogger(__name__)
+
+
+def unit_id(target: str, variant: str) -> str:
+    return f"{target}--{variant}"
+
+
+class Unit(BaseModel):
+    """One (target, variant) of the plan: a server brought up once, its cells measured."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target: str
+    variant: str
+    stack: str
+    provision: str  # the target's provision kind
+    unit_id: str
+
+
+class Plan(BaseModel):
+    """A sweep ready to run: its spec, validated, and its units; what every task after the
+    plan task is given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sweep_file: str
+    run_date: dt.date  # the logical date's day (UTC): partitions every row of the run
+    spec: SweepSpec
+    sweep_hash: str
+    sampling_hash: str
+    prompt_seed: int  # the run's prompts (workloads.prompt_key); a release gate's reps share it
+    units: list[Unit]
+    n_cells: int
+    warnings: list[str] = []
+    gate: dict | None = None  # a release gate's params (``release_gate``), where it is one
+
+    def to_xcom(self) -> dict:
+        """The plan as JSON for the tasks after it."""
+        return self.model_dump(mode="json")
+
+    @classmethod
+    def from_xcom(cls, value: Plan | dict) -> Plan:
+        return value if isinstance(value, Plan) else cls.model_validate(value)
+
+    def unit(self, unit_id_: str) -> Unit:
+        return next(u for u in self.units if u.unit_id == unit_id_)
+
+    def target_of(self, unit: Unit) -> TargetSpec:
+        return self.spec.target(unit.target)
+
+    def variant_of(self, unit: Unit) -> VariantSpec:
+        return next(v for v in self.target_of(unit).variants if v.name == unit.variant)
+
+    def provision_kinds(self) -> list[str]:
+        return sorted({t.provision_kind for t in self.spec.targets})
+
+    def expected_cells(self) -> list[tuple[str, str, str, str]]:
+        """(target, variant, workload, load point) of every cell the run must publish."""
+        return [(u.target, u.variant, w.name, p.label) for u in self.units
+                for w in self.spec.workloads for p in self.spec.load.points()]
+
+
+def make_plan(sweep: str | None = None, run_date: dt.date | None = None,
+              settings: Settings | None = None) -> Plan:
+    """Validate the sweep and everything it names (stacks, provisioners, tokenizers, lengths,
+    golden sets, the result store); expand it to units. Every problem is raised at once."""
+    settings = settings or get_settings()
+    path = settings.resolve(sweep or settings.sweep)
+    return plan_spec(load_sweep(path), str(path), run_date=run_date, settings=settings)
+
+
+def plan_spec(spec: SweepSpec, path: str, *, run_date: dt.date | None = None,
+              settings: Settings | None = None, gate: dict | None = None) -> Plan:
+    """:func:`make_plan` of a spec already read (``path``: where it came from, for the
+    messages); ``gate``: the release gate's params, for a gate's narrowed spec."""
+    settings = settings or get_settings()
+    problems, warnings = _problems(spec, path, settings)
+    if problems:
+        raise PlanError(f"{path}: sweep cannot run:\n  " + "\n  ".join(problems))
+    units = [Unit(target=t.name, variant=v.name, stack=t.stack, provision=t.provision_kind,
+                  unit_id=unit_id(t.name, v.name))
+             for t in spec.targets for v in t.variants]
+    n_cells = len(units) * len(spec.workloads) * len(spec.load.points())
+    log.info("plan: %d units, %d cells from %s", len(units), n_cells, path)
+    for warning in warnings:
+        log.warning("plan: %s", warning)
+    return Plan(sweep_file=str(path), run_date=run_date or dt.datetime.now(dt.UTC).date(),
+                spec=spec, sweep_hash=spec.spec_hash(),
+                sampling_hash=spec.sampling.spec_hash(),
+                prompt_seed=draw_prompt_seed(spec.load.prompt_seed), units=units,
+                n_cells=n_cells, warnings=warnings, gate=gate)
+
+
+def _problems(spec: SweepSpec, path: str, settings: Settings) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of a sweep, each naming the file and the field."""
+    problems, longest, warnings = [], {}, []
+    for w_idx, workload in enumerate(spec.workloads):
+        try:
+            longest[workload.name] = max_sequence_tokens(workload, settings.project_root)
+        except (OSError, ValueError) as exc:
+            problems.append(f"{path}: field workloads[{w_idx}](name={workload.name}): {exc}")
+    for t_idx, target in enumerate(spec.targets):
+        where = f"{path}: field targets[{t_idx}](name={target.name})"
+        try:
+            adapter = get_stack(target.stack)
+        except KeyError as exc:
+            problems.append(f"{where}.stack: {exc.args[0]}")
+            continue
+        for problem in adapter.sampling_problems(spec.sampling):
+            problems.append(f"{path}: field sampling: {target.stack} (target {target.name}): "
+                            f"{problem}")
+        provisioner = get_provisioner(target.provision_kind)
+        for v_idx, variant in enumerate(target.variants):
+            at = f"{where}.variants[{v_idx}](name={variant.name})"
+            for problem in provisioner.check(target, variant, adapter, settings):
+                problems.append(f"{at}: {target.stack}: {problem}")
+            if not adapter.forces_length(variant):
+                warnings.append(
+                    f"{at}: {target.stack} cannot force exact output lengths "
+                    f"({adapter.natural_length_reason}): its perf cells run at natural length "
+                    "(length_control natural), compared only with their own history")
+            problem = tokenizer_problem(target.stack, adapter.tokenize_api,
+                                        variant.tokenizer or variant.model,
+                                        settings.project_root, variant.revision)
+            if problem:
+                problems.append(f"{at}.tokenizer: {problem}")
+            outside = adapter.image_problem(variant.image) if variant.image else None
+            if outside:  # it may well run; what it does with our flags is unchecked
+                warnings.append(f"{at}.image: {variant.image}: {outside}")
+            for name, tokens in longest.items():
+                if tokens + TEMPLATE_OVERHEAD_MAX > variant.max_model_len:
+                    problems.append(
+                        f"{at}.max_model_len: {variant.max_model_len} is too short for workload "
+                        f"{name!r} ({tokens} tokens plus the chat template)")
+    for g_idx, ref in enumerate(spec.golden_sets):
+        try:
+            load_golden_set(settings.resolve(ref.path))
+        except GoldenSetError as exc:
+            problems.append(f"{path}: field golden_sets[{g_idx}](name={ref.name}).path: {exc}")
+    problems += store_problems(settings)
+    return problems, warnings
