@@ -17,8 +17,11 @@ YAML carries what has no flag: ``kv_cache_config.dtype`` (auto/fp8),
 ``return_perf_metrics: true`` (without it the Prometheus endpoint is not mounted) and
 ``speculative_config``: ``decoding_type`` NGram/DraftTarget/Eagle3/MTP (the keys of
 ``DecodingBaseConfig.from_dict``: ``DraftTarget``, not the class's ``Draft_Target``) with
-``max_draft_len`` (MTP too: ``num_nextn_predict_layers`` is remapped to it and deprecated),
-``speculative_model`` and ``max_matching_ngram_size``. Quantization is read from the
+``max_draft_len``, ``speculative_model`` and ``max_matching_ngram_size``. MTP's validator
+sets ``max_draft_len`` from ``num_nextn_predict_layers`` (default 1), whatever was sent: both are
+sent, equal, or MTP silently drafts one token. NGram's ``max_matching_ngram_size`` defaults to 0
+in some releases, which its validator refuses: it is always sent (``ngram_max``, else 2, the
+default of the releases that have one). Quantization is read from the
 checkpoint (ModelOpt ``hf_quant_config.json``); the PyTorch backend has no Medusa and runs
 EAGLE heads as ``Eagle3``.
 
@@ -56,6 +59,7 @@ CONFIG_IN_CONTAINER = "/etc/servebench/trtllm-extra-options.yaml"
 QUANTS = {"none", "bf16", "bfloat16", "f16", "fp16", "float16", "fp8", "nvfp4", "awq",
           "w4a16_awq", "w4a8_awq", "int8_sq"}
 KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8"}
+NGRAM_MAX_DEFAULT = 2  # NGramDecodingConfig.max_matching_ngram_size where it has a default
 SPEC_TYPES = {"ngram": "NGram", "draft": "DraftTarget", "eagle3": "Eagle3", "mtp": "MTP"}
 
 
@@ -79,8 +83,10 @@ def extra_llm_api_options(variant: VariantSpec) -> dict:
                      "max_draft_len": spec.num_speculative_tokens}
         if spec.draft_model:
             cfg["speculative_model"] = spec.draft_model
-        if spec.method == "ngram" and spec.ngram_max is not None:
-            cfg["max_matching_ngram_size"] = spec.ngram_max
+        if spec.method == "mtp":  # its validator overwrites max_draft_len with this one
+            cfg["num_nextn_predict_layers"] = spec.num_speculative_tokens
+        if spec.method == "ngram":  # 0 in some releases' defaults, which the server refuses
+            cfg["max_matching_ngram_size"] = spec.ngram_max or NGRAM_MAX_DEFAULT
         options["speculative_config"] = cfg
     return options
 

@@ -336,10 +336,17 @@ def test_trtllm_launch_flags_and_options_yaml(settings):
     assert written["speculative_config"] == {"decoding_type": "DraftTarget", "max_draft_len": 3,
                                              "speculative_model": "Qwen/Qwen2.5-0.5B-Instruct"}
     mtp = yaml.safe_load(adapter.container_launch(variant(speculative=SpeculativeSpec(
-        method="mtp", num_speculative_tokens=1)), port=1, settings=settings).files[
+        method="mtp", num_speculative_tokens=3)), port=1, settings=settings).files[
         CONFIG_IN_CONTAINER])
-    # num_nextn_predict_layers is remapped to max_draft_len and deprecated
-    assert mtp["speculative_config"] == {"decoding_type": "MTP", "max_draft_len": 1}
+    # MTP's validator sets max_draft_len from num_nextn_predict_layers (default 1): both sent
+    assert mtp["speculative_config"] == {"decoding_type": "MTP", "max_draft_len": 3,
+                                         "num_nextn_predict_layers": 3}
+    ngram = yaml.safe_load(adapter.container_launch(variant(speculative=SpeculativeSpec(
+        method="ngram", num_speculative_tokens=4)), port=1, settings=settings).files[
+        CONFIG_IN_CONTAINER])
+    # without ngram_max: some releases default max_matching_ngram_size to 0 and refuse it
+    assert ngram["speculative_config"] == {"decoding_type": "NGram", "max_draft_len": 4,
+                                           "max_matching_ngram_size": 2}
     # a local checkpoint folder is answered by its own name (no served-model-name flag)
     (settings.project_root / "ckpt").mkdir()
     folder = adapter.container_launch(variant(model="ckpt"), port=1, settings=settings)
