@@ -213,15 +213,15 @@ class Ec2Provisioner(Provisioner):
     @classmethod
     def check(cls, target: TargetSpec, variant: VariantSpec, adapter: StackAdapter,
               settings: Settings) -> list[str]:
-        """The container must render (the adapter's own checks are for local processes:
-        binaries and files on the worker); an image not pinned by digest is allowed but
-        the plan warns of it."""
+        """The adapter's checks of the variant's settings (not its ``local_problems``: the
+        engine runs in its image, not on the worker), and the container must render; an image
+        not pinned by digest is allowed but the plan warns of it."""
         spec = _spec(target)
         try:
             launch = adapter.container_launch(variant, port=spec.port, settings=settings)
         except NotImplementedError as exc:
             return [f"{exc} (provision kind ec2 runs stacks in containers)"]
-        problems = []
+        problems = adapter.check(variant, settings)
         problem = adapter.image_problem(launch.image)
         if problem:
             problems.append(f"field image: {problem}")

@@ -172,12 +172,15 @@ class KubernetesProvisioner(Provisioner):
 
     @classmethod
     def check(cls, target, variant, adapter, settings) -> list[str]:
+        """The adapter's checks of the variant's settings (the engine runs in its image: not
+        its ``local_problems``), and the container must render."""
         try:
             launch = adapter.container_launch(variant, port=8000, settings=settings)
         except NotImplementedError as exc:
             return [f"{exc} (provision kind kubernetes runs stacks in containers)"]
         problem = adapter.image_problem(launch.image)
-        return [f"field image: {problem}"] if problem else []
+        return [*adapter.check(variant, settings), *([f"field image: {problem}"] if problem
+                                                     else [])]
 
     def launch(self, name, target, variant, adapter) -> Endpoint:
         from kubernetes.client.exceptions import ApiException

@@ -133,7 +133,9 @@ class StackAdapter(ABC):
 
     @abstractmethod
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
-        """Problems that make the variant unrunnable here, found before anything launches."""
+        """Settings of ``variant`` the engine refuses or would serve under a misleading label,
+        wherever it runs (every provisioner asks, before anything launches); what must be on
+        this machine is :meth:`local_problems`'."""
 
     def local_problems(self, variant: VariantSpec, settings: Settings) -> list[str]:
         """Problems that stop ``variant`` being served on this machine (the local provisioner:

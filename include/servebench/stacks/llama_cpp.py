@@ -61,10 +61,15 @@ class LlamaCppStack(StackAdapter):
                 f"quant {variant.quant!r} is not a GGUF type llama.cpp serves "
                 f"(known: {sorted(GGUF_QUANTS)})"
             )
-        model = settings.resolve(variant.model)
-        if model.suffix != ".gguf":
+        if settings.resolve(variant.model).suffix != ".gguf":
             problems.append(f"model {variant.model!r} is not a .gguf file")
-        elif not model.is_file():
+        return problems
+
+    def local_problems(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        """The GGUF and llama-server are on this worker."""
+        problems = []
+        model = settings.resolve(variant.model)
+        if model.suffix == ".gguf" and not model.is_file():
             problems.append(f"model file {model} does not exist (run `make models`)")
         if not self._server_bin(settings).is_file():
             problems.append(

@@ -66,6 +66,12 @@ class TransformersServeStack(StackAdapter):
             )
         if variant.dtype is not None and variant.dtype not in TORCH_DTYPES:
             problems.append(f"dtype {variant.dtype!r} is not one of {sorted(TORCH_DTYPES)}")
+        return problems
+
+    def local_problems(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        """The checkpoint folder (with the ids the length control needs) and the transformers
+        CLI are on this worker."""
+        problems = []
         model = settings.resolve(variant.model)
         if not (model / "config.json").is_file():
             problems.append(f"model {model} is not a checkpoint folder with config.json")

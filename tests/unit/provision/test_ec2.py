@@ -108,3 +108,15 @@ def test_a_stack_without_a_container_or_a_missing_connection_is_a_plan_problem(t
                                     get_settings())
     assert problems == [("field provision.aws_conn_id: no Airflow connection 'no_such_aws' "
                          "(the AWS credentials and region)")]
+
+
+def test_the_adapters_own_checks_run_at_plan_for_an_ec2_target(tmp_path):
+    """A setting the engine refuses fails the plan, named, not the paid launch (the adapter's
+    local_problems are not asked: the engine is in the image, not on the worker)."""
+    spec = load_sweep(_sweep(tmp_path, {**EC2, "aws_conn_id": "no_such_aws"},
+                             quant="experts_int8"))
+    target = spec.targets[0]
+    problems = Ec2Provisioner.check(target, target.variants[0], get_stack("vllm"),
+                                    get_settings())
+    assert any(p.startswith("field quant 'experts_int8'") for p in problems), problems
+    assert not any("not installed" in p for p in problems)

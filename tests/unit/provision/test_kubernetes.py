@@ -102,3 +102,12 @@ def test_the_kind_is_chosen_by_the_spec_and_checked_at_plan(tmp_path):
     assert any("has no container launch" in p for p in problems)
     with pytest.raises(SpecError, match="provision.namespace"):
         _target(tmp_path, {"kind": "kubernetes", "namespace": "Not_Valid"})
+
+
+def test_the_adapters_own_checks_run_at_plan_for_a_kubernetes_target(tmp_path):
+    target = _target(tmp_path, K8S, stack="tgi",
+                     speculative={"method": "draft", "num_speculative_tokens": 3,
+                                  "draft_model": "Qwen/Qwen2.5-0.5B-Instruct"})
+    problems = get_provisioner("kubernetes").check(target, target.variants[0], get_stack("tgi"),
+                                                   get_settings())
+    assert any(p.startswith("field speculative.method 'draft'") for p in problems), problems
