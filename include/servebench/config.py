@@ -437,6 +437,13 @@ class KubernetesProvision(_Strict):
     kubeconfig: str | None = None
     port: int = Field(8000, ge=1, le=65535)
     gpu_resource: str = Field("nvidia.com/gpu", description="the device plugin's resource")
+    # requests == limits: a Guaranteed pod, the last the kubelet evicts under node pressure
+    cpu: str = Field("8", pattern=r"^[0-9]+(\.[0-9]+)?m?$",
+                     description="the server container's CPU request and limit (cores, or "
+                     "millicores with m)")
+    memory: str = Field("64Gi", pattern=r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|k|M|G|T)?$",
+                        description="the server container's memory request and limit; the "
+                        "/dev/shm memory volume counts against it (the plan checks it fits)")
     node_selector: dict[str, str] = Field(default_factory=dict)
     tolerations: list[dict[str, str]] = Field(default_factory=list)
     model_cache_pvc: str | None = Field(

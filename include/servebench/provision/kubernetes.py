@@ -59,6 +59,21 @@ def object_name(target: str, variant: str, run_id: str) -> str:
     return f"sb-{base[:40].rstrip('-')}-{run_label(run_id)[:8]}"
 
 
+UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+         "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def quantity_bytes(quantity: str) -> float:
+    """A Kubernetes memory quantity (``64Gi``, ``500M``, ``1024``) in bytes."""
+    number = quantity.rstrip("kMGTi")
+    return float(number) * UNITS[quantity[len(number):]]
+
+
+def shm_quantity(launch: ContainerLaunch) -> str:
+    """The container's ``shm_size`` (Docker's ``16g``) as a Kubernetes quantity (``16Gi``)."""
+    return (launch.shm_size or "0").upper().replace("G", "Gi")
+
+
 def render(launch: ContainerLaunch, spec: KubernetesProvision, *, name: str, run_id: str,
            dag_id: str, target: str, hub_cache: str,
            now: dt.datetime | None = None) -> list[dict]:
@@ -93,8 +108,7 @@ def render(launch: ContainerLaunch, spec: KubernetesProvision, *, name: str, run
                    for p, k in keys.items()]
     if launch.shm_size:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory",
-                                                     "sizeLimit": launch.shm_size.upper()
-                                                     .replace("G", "Gi")}})
+                                                     "sizeLimit": shm_quantity(launch)}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
     env = [{"name": k, "value": v} for k, v in sorted(launch.env.items())]
     if spec.hf_token_secret:  # the token stays in the cluster's secret store
@@ -104,7 +118,10 @@ def render(launch: ContainerLaunch, spec: KubernetesProvision, *, name: str, run
         "name": "server", "image": launch.image, "args": list(launch.command),
         "ports": [{"containerPort": launch.port, "name": "http"}],
         "env": env, "volumeMounts": mounts,
-        "resources": {"limits": {spec.gpu_resource: launch.gpus}} if launch.gpus else {},
+        # requests == limits (Guaranteed); a GPU is an extended resource: limits alone
+        "resources": {"requests": {"cpu": spec.cpu, "memory": spec.memory},
+                      "limits": {"cpu": spec.cpu, "memory": spec.memory,
+                                 **({spec.gpu_resource: launch.gpus} if launch.gpus else {})}},
         "readinessProbe": {"httpGet": {"path": launch.health_path, "port": "http"},
                            "periodSeconds": 5, "failureThreshold": 3},
     }
@@ -178,9 +195,17 @@ class KubernetesProvisioner(Provisioner):
             launch = adapter.container_launch(variant, port=8000, settings=settings)
         except NotImplementedError as exc:
             return [f"{exc} (provision kind kubernetes runs stacks in containers)"]
+        problems = adapter.check(variant, settings)
         problem = adapter.image_problem(launch.image)
-        return [*adapter.check(variant, settings), *([f"field image: {problem}"] if problem
-                                                     else [])]
+        if problem:
+            problems.append(f"field image: {problem}")
+        spec = _spec(target)
+        if launch.shm_size and quantity_bytes(spec.memory) <= quantity_bytes(
+                shm_quantity(launch)):
+            problems.append(f"field provision.memory {spec.memory!r}: the pod's /dev/shm "
+                            f"({shm_quantity(launch)}, memory-backed) counts against it; "
+                            "leave room for the server itself")
+        return problems
 
     def launch(self, name, target, variant, adapter) -> Endpoint:
         from kubernetes.client.exceptions import ApiException

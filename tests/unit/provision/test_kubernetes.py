@@ -60,7 +60,9 @@ def test_a_vllm_pod_asks_for_its_gpus_and_serves_behind_a_service(tmp_path):
     [c] = pod["spec"]["containers"]
     assert c["image"] == launch.image and c["command"] == ["vllm", "serve"]
     assert c["args"] == launch.command
-    assert c["resources"]["limits"] == {"nvidia.com/gpu": 2}
+    # requests == limits: Guaranteed, not the first pod evicted (the GPU only in limits)
+    assert c["resources"] == {"requests": {"cpu": "8", "memory": "64Gi"},
+                              "limits": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": 2}}
     assert c["readinessProbe"]["httpGet"]["path"] == "/health"
     assert pod["spec"]["restartPolicy"] == "Never"
     assert pod["spec"]["activeDeadlineSeconds"] == 8 * 3600
@@ -111,3 +113,16 @@ def test_the_adapters_own_checks_run_at_plan_for_a_kubernetes_target(tmp_path):
     problems = get_provisioner("kubernetes").check(target, target.variants[0], get_stack("tgi"),
                                                    get_settings())
     assert any(p.startswith("field speculative.method 'draft'") for p in problems), problems
+
+
+def test_the_pods_memory_must_hold_its_shared_memory_volume(tmp_path):
+    target = _target(tmp_path, {**K8S, "memory": "16Gi", "cpu": "500m"})
+    problems = get_provisioner("kubernetes").check(target, target.variants[0],
+                                                   get_stack("vllm"), get_settings())
+    assert problems == ["field provision.memory '16Gi': the pod's /dev/shm (16Gi, "
+                        "memory-backed) counts against it; leave room for the server itself"]
+    target = _target(tmp_path, {**K8S, "memory": "96G"})
+    assert get_provisioner("kubernetes").check(target, target.variants[0], get_stack("vllm"),
+                                               get_settings()) == []
+    with pytest.raises(SpecError, match="provision.memory"):
+        _target(tmp_path, {**K8S, "memory": "lots"})
