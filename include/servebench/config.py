@@ -354,7 +354,8 @@ class LocalProvision(_Strict):
     health_timeout_s: float | None = Field(
         None, gt=0, description="how long a variant's server may take to answer its health "
         "check (weights loaded, kernels compiled); default: the setting "
-        "SERVEBENCH_HEALTH_TIMEOUT_S (300)")
+        "SERVEBENCH_HEALTH_TIMEOUT_S (300), or 1800 for a GPU engine serving a hub "
+        "checkpoint (a first start downloads it)")
 
 
 class StaticProvision(_Strict):

@@ -104,8 +104,7 @@ class LocalProvisioner(Provisioner):
         port = free_port()
         launch = adapter.local_launch(variant, host="127.0.0.1", port=port,
                                       settings=self.settings)
-        timeout_s = getattr(target.provision, "health_timeout_s", None) \
-            or self.settings.health_timeout_s
+        timeout_s = self.health_timeout_s(target, variant, adapter)
         try:
             server = self.start(name, launch.argv, port=port, health_path=launch.health_path,
                                 env=launch.env, timeout_s=timeout_s)
@@ -115,6 +114,12 @@ class LocalProvisioner(Provisioner):
         return Endpoint(server.base_url, launch.served_model, adapter.chat_path,
                         launch.metrics_path, argv=launch.argv, name=server.name,
                         pid=server.pid)
+
+    def health_timeout_s(self, target, variant, adapter) -> float:
+        """How long a variant's server may take to answer its health check: the spec's, else
+        the setting, or longer for a first start that fetches its weights."""
+        return getattr(target.provision, "health_timeout_s", None) or max(
+            self.settings.health_timeout_s, adapter.cold_start_s(variant, self.settings))
 
     def hardware(self, target) -> str:
         return hardware()

@@ -137,6 +137,12 @@ class StackAdapter(ABC):
         wherever it runs (every provisioner asks, before anything launches); what must be on
         this machine is :meth:`local_problems`'."""
 
+    def cold_start_s(self, variant: VariantSpec, settings: Settings) -> float:
+        """How long a first start of ``variant`` on a fresh worker may take before it answers
+        its health check (weights fetched, kernels compiled): the local provisioner waits at
+        least this long unless the spec says otherwise. 0: the setting alone."""
+        return 0.0
+
     def local_problems(self, variant: VariantSpec, settings: Settings) -> list[str]:
         """Problems that stop ``variant`` being served on this machine (the local provisioner:
         the engine is not installed here, or this build cannot run it)."""

@@ -55,6 +55,9 @@ def weights_dtype(variant: VariantSpec) -> str | None:
     return variant.dtype or QUANT_DTYPES.get(variant.quant.lower())
 
 
+HUB_COLD_START_S = 1800.0  # the default health wait of EC2 and Kubernetes targets too
+
+
 class HfGpuStack(StackAdapter):
     """A GPU engine serving a Hugging Face checkpoint (a hub id or a local folder)."""
 
@@ -73,6 +76,11 @@ class HfGpuStack(StackAdapter):
 
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
         return [*self.precision_problems(variant), *self.speculative_problems(variant)]
+
+    def cold_start_s(self, variant: VariantSpec, settings: Settings) -> float:
+        """A hub checkpoint is downloaded on its first start (an 8B model's 16 GB, a 70B's
+        140 GB): as long as a provisioned host's wait. A local folder: the setting alone."""
+        return 0.0 if settings.resolve(variant.model).is_dir() else HUB_COLD_START_S
 
     def precision_problems(self, variant: VariantSpec) -> list[str]:
         problems = []

@@ -105,3 +105,23 @@ def test_provision_acquires_per_kind_and_teardown_works_without_it(tmp_path, mon
     assert (tmp_path / "runs" / "run-1").is_dir()
     assert teardown(state, "run-1") == []
     assert teardown(None, "run-1") == []  # the setup task failed: each kind finds its own
+
+
+def test_a_local_gpu_engine_waits_longer_for_a_hub_checkpoints_first_start(tmp_path):
+    """A first start downloads a hub checkpoint: the 300 s setting would fail it mid-fetch."""
+    settings = get_settings()
+    local = LocalProvisioner(tmp_path, settings)
+
+    def wait(target: dict, stack: str) -> float:
+        t = load_sweep(_sweep(tmp_path, {"stack": stack, **target})).targets[0]
+        return local.health_timeout_s(t, t.variants[0], get_stack(stack))
+
+    hub = {"variants": [_variant(model="meta-llama/Llama-3.1-8B-Instruct", quant="bf16")]}
+    assert wait(hub, "vllm") == 1800.0
+    # a checkpoint folder on the worker (the local default's vLLM): the setting
+    folder = {"variants": [_variant(model="include/models/adder-3m", quant="none")]}
+    assert wait(folder, "vllm") == settings.health_timeout_s
+    assert wait({"variants": [_variant(model="build/models/adder-3m-f16.gguf", quant="f16")]},
+                "llama_cpp") == settings.health_timeout_s
+    # the spec's own wait wins
+    assert wait({**hub, "provision": {"kind": "local", "health_timeout_s": 60}}, "vllm") == 60
