@@ -174,6 +174,7 @@ class VariantRunner:
         self._build_prompts, self._run_load, self._run_golden_set = \
             build_prompts, run_load, run_golden_set
         self.hardware = provisioner.hardware(target)
+        self._price_per_hour = provisioner.price_per_hour(target, spec.price_per_hour)
         self.result = VariantResult()
         self._endpoint: Endpoint | None = None  # the variant's server, while it is measured
 
@@ -182,6 +183,7 @@ class VariantRunner:
         model_path = self.settings.resolve(self.variant.model)
         return {
             **cell_identity(self.spec, self.target, self.variant, workload, point),
+            "price_per_hour": self._price_per_hour,  # the host's it ran on
             "engine": self.adapter.engine,
             "engine_version": self._engine_version,
             "engine_notes": self._engine_notes(),
@@ -501,7 +503,7 @@ class VariantRunner:
                 row.update(status="invalid", reason=f"no quality number: {reason}")
 
     def _cost(self, row: dict) -> dict:
-        return cost_fields(price_per_hour=self.target.price_per_hour(self.spec.price_per_hour),
+        return cost_fields(price_per_hour=self._price_per_hour,
                            duration_s=row["duration_s"],
                            output_tokens=row["output_tokens_total"], n_ok=row["n_ok"],
                            accuracy=row.get("accuracy"))

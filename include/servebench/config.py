@@ -377,6 +377,23 @@ class StaticProvision(_Strict):
     health_timeout_s: float = Field(60.0, gt=0)
 
 
+class Ec2Fallback(_Strict):
+    """Another way to the target's instance, tried in order when EC2 has no capacity or quota
+    for the ones before (``InsufficientInstanceCapacity``, ``VcpuLimitExceeded``, ...): each
+    field left unset keeps the target's own. Another instance type is other hardware: its
+    cells are their own trend series, priced at its own price."""
+
+    instance_type: str | None = Field(None, min_length=1)
+    subnet_id: str | None = Field(None, pattern=r"^subnet-[0-9a-f]+$",
+                                  description="another subnet (another availability zone)")
+    market: Literal["on-demand", "spot"] | None = None
+    price_per_hour: float | None = Field(
+        None, ge=0, description="USD per hour of this placement (required with another "
+        "instance type or market where the target names its price)")
+    hardware: str | None = Field(None, description="the cells' hardware on it (required with "
+                                 "another instance type where the target names its hardware)")
+
+
 class Ec2Provision(_Strict):
     """One EC2 instance per target, launched by the setup task (boto3, credentials from the
     Airflow AWS connection), tagged for the janitor and terminated by the teardown task; each
@@ -416,12 +433,54 @@ class Ec2Provision(_Strict):
         None, ge=1, description="project instances of this type that may run at once (your "
         "GPU quota): a run waits for one to end, up to acquire_timeout_s")
     acquire_timeout_s: float = Field(3600.0, gt=0)
+    fallbacks: list[Ec2Fallback] = Field(
+        default_factory=list, description="placements tried in order when EC2 has no "
+        "capacity or quota for the instance (other subnets/zones, instance types, spot -> "
+        "on-demand)")
 
     @model_validator(mode="after")
     def _one_image(self) -> Ec2Provision:
         if (self.ami is None) == (self.launch_template is None):
             raise ValueError("exactly one of ami and launch_template")
+        for i, fb in enumerate(self.fallbacks):
+            other_type = fb.instance_type not in (None, self.instance_type)
+            other_market = fb.market not in (None, self.market)
+            if self.price_per_hour is not None and fb.price_per_hour is None \
+                    and (other_type or other_market):
+                raise ValueError(f"fallbacks[{i}].price_per_hour: another instance type or "
+                                 "market has another price")
+            if self.hardware is not None and fb.hardware is None and other_type:
+                raise ValueError(f"fallbacks[{i}].hardware: another instance type is other "
+                                 "hardware")
         return self
+
+    def placements(self) -> list[Ec2Placement]:
+        """Where the instance may come from, in the order tried: the target's own, then each
+        fallback with what it leaves unset taken from the target."""
+        own = Ec2Placement(instance_type=self.instance_type, subnet_id=self.subnet_id,
+                           market=self.market, price_per_hour=self.price_per_hour,
+                           hardware=self.hardware or f"aws {self.instance_type}")
+        out = [own]
+        for fb in self.fallbacks:
+            itype = fb.instance_type or self.instance_type
+            out.append(Ec2Placement(
+                instance_type=itype, subnet_id=fb.subnet_id or self.subnet_id,
+                market=fb.market or self.market,
+                price_per_hour=fb.price_per_hour if fb.price_per_hour is not None
+                else self.price_per_hour,
+                hardware=fb.hardware or (self.hardware if itype == self.instance_type
+                                         else None) or f"aws {itype}"))
+        return out
+
+
+class Ec2Placement(BaseModel):
+    """One placement an EC2 target's instance is asked for (``Ec2Provision.placements``)."""
+
+    instance_type: str
+    subnet_id: str | None
+    market: Literal["on-demand", "spot"]
+    price_per_hour: float | None
+    hardware: str
 
 
 class KubernetesProvision(_Strict):

@@ -42,7 +42,8 @@ class Paid:
     paid_s (per target) = the billed seconds of its instances (launch to terminate, at least
         the minimum each) where it had instances; else the seconds its variants' servers were
         up (launch asked to stopped): a local or static server is paid for while it is used
-    paid_usd = paid_s x the target's price per hour / 3600
+    paid_usd = each instance's billed seconds x its price per hour (its placement's, else
+        the target's) / 3600; a server's seconds x the target's price / 3600
     sweep_efficiency = seconds inside measured windows / paid_s, over the run
     paid cost of a cell = cost_fields at an effective price of paid_usd per measured hour of
         its target: model loads, warm-ups, golden sets and idle time spread over the cells
@@ -74,14 +75,17 @@ def paid(hosts: list[dict], units: list[dict], price_per_hour: dict[str, float],
          now: dt.datetime) -> Paid:
     """Prices ``hosts`` (instances) and ``units`` (variant server spans) per target;
     ``price_per_hour`` maps each target to its host's price."""
-    priced, paid_s = [], {}
+    priced, paid_s, paid_usd = [], {}, {}
     for host in hosts:
         ended = host.get("ended_at") or now
         billed = max(EC2_MINIMUM_S, (ended - host["launched_at"]).total_seconds())
-        price = price_per_hour.get(host["target"], math.nan)
-        priced.append({**host, "billed_s": billed, "price_per_hour": price,
-                       "cost_usd": price * billed / 3600.0})
+        price = host.get("price_per_hour")  # its own where it says (a fallback placement)
+        if price is None:
+            price = price_per_hour.get(host["target"], math.nan)
+        cost = price * billed / 3600.0
+        priced.append({**host, "billed_s": billed, "price_per_hour": price, "cost_usd": cost})
         paid_s[host["target"]] = paid_s.get(host["target"], 0.0) + billed
+        paid_usd[host["target"]] = paid_usd.get(host["target"], 0.0) + cost
     measure_s: dict[str, float] = {}
     for unit in units:
         target = unit["target"]
@@ -91,5 +95,6 @@ def paid(hosts: list[dict], units: list[dict], price_per_hour: dict[str, float],
         if unit.get("started_at") and unit.get("ended_at"):
             span = (unit["ended_at"] - unit["started_at"]).total_seconds()
             paid_s[target] = paid_s.get(target, 0.0) + span
-    paid_usd = {t: s * price_per_hour.get(t, math.nan) / 3600.0 for t, s in paid_s.items()}
+            paid_usd[target] = paid_usd.get(target, 0.0) \
+                + span * price_per_hour.get(target, math.nan) / 3600.0
     return Paid(priced, paid_s, paid_usd, measure_s)

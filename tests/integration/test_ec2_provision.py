@@ -333,6 +333,42 @@ def test_a_throttled_launch_is_retried_a_bounded_number_of_times(aws, local_swee
     assert calls["run_instances"] == API_MAX_ATTEMPTS  # bounded: then it gives up
 
 
+def test_no_capacity_launches_in_the_next_placement_with_its_hardware_and_price(
+        aws, local_sweep, ec2_faults):
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.provision.interface import LaunchError
+
+    ec2 = aws[0]
+    faults, calls = ec2_faults
+    spec = load_sweep(_sweep(aws, local_sweep, "fallback", variants=("f16",), fallbacks=[
+        {"instance_type": "g6.2xlarge", "price_per_hour": 0.978}]))
+    target = spec.targets[0]
+    faults["run_instances"] = ["InsufficientInstanceCapacity"]  # no g6.xlarge tonight
+    calls.clear()
+    state = Ec2Provisioner.acquire("fallback", spec.targets, get_settings(), dag_id="d")
+    provisioner = Ec2Provisioner.attach("fallback", state, get_settings())
+    try:
+        [instance] = _instances(ec2, run_id="fallback")
+        assert instance["InstanceType"] == "g6.2xlarge" and calls["run_instances"] == 2
+        # what was used is the cells' provenance and price, and the bill's
+        assert provisioner.hardware(target) == "aws g6.2xlarge"
+        assert provisioner.price_per_hour(target, spec.price_per_hour) == 0.978
+        [host] = provisioner.paid_hosts()
+        assert host["price_per_hour"] == 0.978 and host["instance_type"] == "g6.2xlarge"
+        # a retried setup finds the fallback's instance: no second one
+        again = Ec2Provisioner.acquire("fallback", spec.targets, get_settings(), dag_id="d")
+        assert again["adder-gpu"]["instance_id"] == instance["InstanceId"]
+        assert calls["run_instances"] == 2
+    finally:
+        provisioner.teardown()
+    faults["run_instances"] = ["InsufficientInstanceCapacity", "VcpuLimitExceeded"]
+    with pytest.raises(LaunchError, match=r"no placement could be had: g6\.xlarge on-demand "
+                       r".*InsufficientInstanceCapacity; g6\.2xlarge .*VcpuLimitExceeded"):
+        Ec2Provisioner.acquire("no-capacity", spec.targets, get_settings(), dag_id="d")
+    assert _live(ec2, run_id="no-capacity") == []
+
+
 def test_a_launch_that_fails_part_way_terminates_what_it_launched(aws, local_sweep, ec2_faults):
     from servebench.config import load_sweep
     from servebench.provision.ec2 import Ec2Provisioner

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 
-from servebench.config import Ec2Provision
+from servebench.config import Ec2Placement, Ec2Provision
 from servebench.endpoint import Endpoint
 from servebench.errors import TeardownError
 from servebench.provision.interface import (
@@ -60,10 +60,19 @@ API_MAX_ATTEMPTS = 5  # per EC2/SSM call, first try included
 QUOTA_POLL_S = 15.0
 
 
-def client_token(run_id: str, target: str, attempt: int = 0) -> str:
+# what run_instances answers when the placement cannot be had now: the next one is tried
+CAPACITY_ERRORS = frozenset({
+    "InsufficientInstanceCapacity", "InsufficientCapacity", "InstanceLimitExceeded",
+    "VcpuLimitExceeded", "MaxSpotInstanceCountExceeded", "SpotMaxPriceTooLow",
+    "Unsupported",  # the instance type is not offered in the subnet's zone
+})
+
+
+def client_token(run_id: str, target: str, attempt: int = 0, placement: int = 0) -> str:
     """EC2's idempotency token (<= 64 ASCII characters) for one target's instance of a run:
-    the same run, target and attempt always ask for the same instance."""
-    return hashlib.sha256(f"{run_id}|{target}|{attempt}".encode()).hexdigest()[:64]
+    the same run, target, attempt and placement always ask for the same instance."""
+    key = f"{run_id}|{target}|{attempt}" + (f"|{placement}" if placement else "")
+    return hashlib.sha256(key.encode()).hexdigest()[:64]
 
 
 def _has_connection(conn_id: str) -> bool:
@@ -180,12 +189,15 @@ class Ec2Provisioner(Provisioner):
         for target in targets:
             spec = _spec(target)
             ec2, _ = _clients(spec.aws_conn_id, spec.region)
-            instance = _run_instance(ec2, spec, run_id=run_id, dag_id=dag_id,
-                                     target=target.name)
+            instance, placement = _run_instance(ec2, spec, run_id=run_id, dag_id=dag_id,
+                                                target=target.name)
             launched[target.name] = {"instance_id": instance["InstanceId"],
-                                     "conn_id": spec.aws_conn_id, "region": spec.region}
-            log.info("%s: instance %s (%s) for run %s", target.name,
-                     instance["InstanceId"], spec.instance_type, run_id)
+                                     "conn_id": spec.aws_conn_id, "region": spec.region,
+                                     # the placement it got: the cells' hardware and price
+                                     **placement.model_dump()}
+            log.info("%s: instance %s (%s, %s, %s) for run %s", target.name,
+                     instance["InstanceId"], placement.instance_type, placement.market,
+                     placement.subnet_id or "default subnet", run_id)
         for target in targets:
             spec, facts = _spec(target), launched[target.name]
             ec2, _ = _clients(facts["conn_id"], facts["region"])
@@ -202,8 +214,7 @@ class Ec2Provisioner(Provisioner):
             if not address:
                 raise LaunchError(f"instance {iid} of {target.name} has no {spec.address} "
                                   "address")
-            facts.update(address=address, instance_type=spec.instance_type,
-                         launched_at=instance["LaunchTime"].isoformat())
+            facts.update(address=address, launched_at=instance["LaunchTime"].isoformat())
         return launched
 
     @classmethod
@@ -368,8 +379,15 @@ class Ec2Provisioner(Provisioner):
                           "at teardown all the same)", endpoint.name)
 
     def hardware(self, target: TargetSpec) -> str:
+        """The placement's the instance was launched in (a fallback is other hardware)."""
+        facts = self.state.get(target.name) or {}
         spec = _spec(target)
-        return spec.hardware or f"aws {spec.instance_type}"
+        return facts.get("hardware") or spec.hardware or f"aws {spec.instance_type}"
+
+    def price_per_hour(self, target: TargetSpec, sweep_price: float) -> float:
+        """The placement's price, where it names one."""
+        price = (self.state.get(target.name) or {}).get("price_per_hour")
+        return target.price_per_hour(sweep_price) if price is None else price
 
     def engine_version(self, adapter: StackAdapter, endpoint: Endpoint | None = None) -> str:
         """What the server says it runs; else the image it was started from."""
@@ -397,9 +415,13 @@ class Ec2Provisioner(Provisioner):
             ec2, _ = _clients(conn_id, region)
             for instance in _instances(ec2, [{"Name": f"tag:{PROJECT_TAG}", "Values": [PROJECT]},
                                              {"Name": "tag:run_id", "Values": [self.run_id]}]):
+                tags = _tags(instance)
+                price = tags.get("price_per_hour")
                 hosts.append({"host": instance["InstanceId"],
-                              "target": _tags(instance).get("target", ""),
+                              "target": tags.get("target", ""),
                               "instance_type": instance.get("InstanceType"),
+                              # its placement's (a fallback's may differ from the target's)
+                              "price_per_hour": float(price) if price else None,
                               "launched_at": instance["LaunchTime"],
                               "ended_at": _ended_at(instance)})
         return hosts
@@ -422,34 +444,65 @@ def _spec(target: TargetSpec) -> Ec2Provision:
     return target.provision
 
 
-def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str, target: str) -> dict:
-    """The target's instance for this run: the one already launched (a retried setup task),
-    else a new one. The ``launch_token`` tag finds it; the same value as ``ClientToken``
-    makes EC2 itself answer a repeated request with the first instance (two tries racing past
-    the lookup still get one instance). An attempt whose instance has ended (a failed setup
-    cleaned up, a spot interruption) is spent: the next attempt's token launches anew, where
-    the old token would only get the terminated instance back."""
+def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str,
+                  target: str) -> tuple[dict, Ec2Placement]:
+    """The target's instance for this run, and the placement it was launched in: the one
+    already launched (a retried setup task), else a new one, in the first of the spec's
+    placements EC2 has capacity and quota for (``CAPACITY_ERRORS``; any other error is
+    raised). The ``launch_token`` tag finds it; the same value as ``ClientToken`` makes EC2
+    itself answer a repeated request with the first instance (two tries racing past the
+    lookup still get one instance). An attempt whose instance has ended (a failed setup
+    cleaned up, a spot interruption) is spent: the next attempt's tokens launch anew, where
+    the old ones would only get the terminated instance back."""
+    placements = spec.placements()
     attempt = 0
     while True:
-        token = client_token(run_id, target, attempt)
-        found = _instances(ec2, [{"Name": "tag:launch_token", "Values": [token]}])
+        tokens = [client_token(run_id, target, attempt, i) for i in range(len(placements))]
+        found = _instances(ec2, [{"Name": "tag:launch_token", "Values": tokens}])
         live = [i for i in found if i["State"]["Name"] in LIVE_STATES]
         if live:
             log.info("%s: instance %s of this run already launched (a retried setup)",
                      target, live[0]["InstanceId"])
-            return live[0]
+            return live[0], placements[tokens.index(_tags(live[0])["launch_token"])]
         if not found:
             break
         attempt += 1
     _wait_for_quota(ec2, spec, run_id)
+    refused = []
+    for i, placement in enumerate(placements):
+        try:
+            instance = _launch(ec2, spec, placement, token=tokens[i], run_id=run_id,
+                               dag_id=dag_id, target=target)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code not in CAPACITY_ERRORS:
+                raise LaunchError(f"run_instances for {target} ({placement.instance_type}) "
+                                  f"failed: {exc}") from exc
+            refused.append(f"{placement.instance_type} {placement.market} in "
+                           f"{placement.subnet_id or 'the default subnet'}: {code}")
+            log.warning("%s: no %s (%s)%s", target, placement.instance_type, code,
+                        "; trying the next placement" if i + 1 < len(placements) else "")
+            continue
+        if i:
+            log.info("%s: launched in fallback %d (%s)", target, i, placement.instance_type)
+        return instance, placement
+    raise LaunchError(f"run_instances for {target}: no placement could be had: "
+                      + "; ".join(refused))
+
+
+def _launch(ec2, spec: Ec2Provision, placement: Ec2Placement, *, token: str, run_id: str,
+            dag_id: str, target: str) -> dict:
+    """One ``run_instances`` call for ``placement``; its ``ClientError`` is the caller's."""
     expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=spec.ttl_hours)
     tags = [{"Key": PROJECT_TAG, "Value": PROJECT}, {"Key": "run_id", "Value": run_id},
             {"Key": "dag_id", "Value": dag_id or "-"}, {"Key": "target", "Value": target},
             {"Key": "expires_at", "Value": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
             {"Key": "launch_token", "Value": token},
             {"Key": "Name", "Value": f"servebench {target}"}]
+    if placement.price_per_hour is not None:  # what the publish prices its bill at
+        tags.append({"Key": "price_per_hour", "Value": f"{placement.price_per_hour:g}"})
     kwargs: dict = {
-        "MinCount": 1, "MaxCount": 1, "InstanceType": spec.instance_type,
+        "MinCount": 1, "MaxCount": 1, "InstanceType": placement.instance_type,
         "ClientToken": token,
         "TagSpecifications": [{"ResourceType": "instance", "Tags": tags},
                               {"ResourceType": "volume", "Tags": tags}],
@@ -463,23 +516,19 @@ def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str, target: 
         key = "LaunchTemplateId" if spec.launch_template.startswith("lt-") \
             else "LaunchTemplateName"
         kwargs["LaunchTemplate"] = {key: spec.launch_template}
-    if spec.subnet_id:
-        kwargs["SubnetId"] = spec.subnet_id
+    if placement.subnet_id:
+        kwargs["SubnetId"] = placement.subnet_id
     if spec.security_group_ids:
         kwargs["SecurityGroupIds"] = spec.security_group_ids
     if spec.instance_profile:
         key = "Arn" if spec.instance_profile.startswith("arn:") else "Name"
         kwargs["IamInstanceProfile"] = {key: spec.instance_profile}
-    if spec.market == "spot":
+    if placement.market == "spot":
         kwargs["InstanceMarketOptions"] = {
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time",
                             "InstanceInterruptionBehavior": "terminate"}}
-    try:
-        (instance,) = ec2.run_instances(**kwargs)["Instances"]
-    except ClientError as exc:
-        raise LaunchError(f"run_instances for {target} ({spec.instance_type}) failed: "
-                          f"{exc}") from exc
+    (instance,) = ec2.run_instances(**kwargs)["Instances"]
     return instance
 
 

@@ -104,6 +104,11 @@ class Provisioner(ABC):
     def hardware(self, target: TargetSpec) -> str:
         """What ``target``'s cells record as their hardware (it keys their trend series)."""
 
+    def price_per_hour(self, target: TargetSpec, sweep_price: float) -> float:
+        """USD per hour of the host ``target``'s cells ran on: the spec's (a provisioner
+        that may launch elsewhere than the spec's first choice says its own)."""
+        return target.price_per_hour(sweep_price)
+
     def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
         """Where ``endpoint``'s server ran, for its cells' provenance: ``host`` (the
         provisioned machine) and ``image`` (the container, pinned by digest where known);

@@ -120,3 +120,32 @@ def test_the_adapters_own_checks_run_at_plan_for_an_ec2_target(tmp_path):
                                     get_settings())
     assert any(p.startswith("field quant 'experts_int8'") for p in problems), problems
     assert not any("not installed" in p for p in problems)
+
+
+def test_fallback_placements_take_the_targets_own_where_unset_and_price_their_own(tmp_path):
+    spec = load_sweep(_sweep(tmp_path, {
+        **EC2, "subnet_id": "subnet-0a", "market": "spot", "price_per_hour": 0.9,
+        "fallbacks": [{"subnet_id": "subnet-0b"},  # another zone, the same instance
+                      {"market": "on-demand", "price_per_hour": 1.86},
+                      {"instance_type": "g6e.2xlarge", "price_per_hour": 2.24}]}))
+    own, zone, on_demand, bigger = spec.targets[0].provision.placements()
+    assert (own.instance_type, own.subnet_id, own.market, own.hardware) == \
+        ("g6e.xlarge", "subnet-0a", "spot", "aws g6e.xlarge")
+    assert (zone.subnet_id, zone.market, zone.price_per_hour, zone.hardware) == \
+        ("subnet-0b", "spot", 0.9, "aws g6e.xlarge")
+    assert (on_demand.market, on_demand.price_per_hour) == ("on-demand", 1.86)
+    # another instance type is other hardware: a trend series of its own
+    assert (bigger.instance_type, bigger.hardware, bigger.price_per_hour) == \
+        ("g6e.2xlarge", "aws g6e.2xlarge", 2.24)
+
+
+@pytest.mark.parametrize(("fallback", "message"), [
+    ({"instance_type": "g6e.2xlarge"}, "fallbacks[0].price_per_hour"),
+    ({"market": "spot"}, "fallbacks[0].price_per_hour"),
+])
+def test_a_fallback_that_would_be_priced_wrongly_is_a_spec_error(tmp_path, fallback, message):
+    with pytest.raises(SpecError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_sweep(_sweep(tmp_path, {**EC2, "price_per_hour": 1.86, "fallbacks": [fallback]}))
+    with pytest.raises(SpecError, match=r"fallbacks\[0\]\.hardware"):
+        load_sweep(_sweep(tmp_path, {**EC2, "hardware": "1x L40S", "fallbacks": [
+            {"instance_type": "g6e.2xlarge"}]}))
