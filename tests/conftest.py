@@ -19,7 +19,9 @@ os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault(
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{ROOT / '.airflow' / 'airflow.db'}"
 )
-
+# Airflow configures logging (replacing the root handlers) on its first import; done here, at
+# collection, it cannot take caplog's handler from under whichever test happens to import it first
+import airflow.sdk  # noqa: E402,F401
 
 # -- a synthetic nightly history, shared by the trends and report tests -------------------------
 DAY0 = dt.date(2026, 10, 1)

@@ -268,7 +268,7 @@ def conclude(decision: dict, run_id: str, settings: Settings | None = None,
     where = store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.md", markdown)
     store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.json",
                    json.dumps(decision, indent=2, default=str))
-    where += announce(notifier or notifier_for(settings), markdown)
+    where += announce(notifier or notifier_for(settings), "the release gate's verdict", markdown)
     log.info("release gate verdict: %s (%s)", decision["overall"], where)
     failing = decision["overall"] == "fail" or (
         decision["overall"] == "inconclusive" and decision["on_inconclusive"] == "fail")

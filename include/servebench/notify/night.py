@@ -97,6 +97,6 @@ class Night:
         where = store.put_text(f"digests/date={self.run_date}/{encode_run_id(self.run_id)}.md",
                                markdown)
         log.info("report: %s", self.put_report(store))
-        where += announce(notifier, markdown, self.files)
+        where += announce(notifier, "the digest", markdown, self.files)
         log.info("digest: %s", where)
         return where

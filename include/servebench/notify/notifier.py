@@ -28,6 +28,8 @@ Chart = tuple[str, str, bytes]  # (title, filename, png)
 class Notifier(ABC):
     """A channel people read: ``post`` delivers a Markdown message (and its charts)."""
 
+    name: str  # where it posts, for the log (``Slack #channel``)
+
     @abstractmethod
     def post(self, markdown: str, files: Sequence[Chart] = ()) -> str:
         """Deliver; where it went (``Slack #channel (ts=...)``). Raises NotificationError."""
@@ -38,6 +40,7 @@ class SlackNotifier(Notifier):
 
     def __init__(self, token: str, channel: str, base_url: str | None = None):
         self.token, self.channel, self.base_url = token, channel, base_url
+        self.name = f"Slack {channel}"
 
     def post(self, markdown: str, files: Sequence[Chart] = ()) -> str:
         try:
@@ -59,13 +62,16 @@ def notifier_for(settings: Settings) -> Notifier | None:
     return SlackNotifier(token, settings.slack_channel, base_url)
 
 
-def announce(notifier: Notifier | None, markdown: str, files: Sequence[Chart] = ()) -> str:
-    """Post through ``notifier``; what to append to where the message was kept: `` and
-    <where>``, `` (<why it failed>)``, or nothing without a notifier."""
+def announce(notifier: Notifier | None, what: str, markdown: str,
+             files: Sequence[Chart] = ()) -> str:
+    """Post ``what`` (``the digest``, ``the release gate's verdict``) through ``notifier``;
+    what to append to where the message was kept: `` and <where>``, `` (<why it failed>)``,
+    or nothing without a notifier."""
     if notifier is None:
         return ""
     try:
         return " and " + notifier.post(markdown, files)
     except NotificationError as exc:
-        log.exception("announcing failed")  # the copy in the store stands
+        # the copy in the store stands
+        log.exception("posting %s to %s failed", what, notifier.name)
         return f" ({exc})"

@@ -9,6 +9,8 @@ from servebench.settings import Settings
 
 
 class Recorder(Notifier):
+    name = "Slack #bench"
+
     def __init__(self, fail: bool = False):
         self.fail, self.posted = fail, []
 
@@ -19,11 +21,14 @@ class Recorder(Notifier):
         return "Slack #bench (ts=1.2)"
 
 
-def test_announce_says_where_or_why():
-    assert announce(None, "hi") == ""
+def test_announce_says_where_or_why(caplog):
+    assert announce(None, "the digest", "hi") == ""
     ok = Recorder()
-    assert announce(ok, "hi") == " and Slack #bench (ts=1.2)" and ok.posted == ["hi"]
-    assert announce(Recorder(fail=True), "hi") == " (Slack #bench failed: channel_not_found)"
+    assert announce(ok, "the digest", "hi") == " and Slack #bench (ts=1.2)"
+    assert ok.posted == ["hi"]
+    assert (announce(Recorder(fail=True), "the digest", "hi")
+            == " (Slack #bench failed: channel_not_found)")
+    assert "posting the digest to Slack #bench failed" in caplog.text
 
 
 def _decision(overall: str) -> dict:
