@@ -516,6 +516,10 @@ class KubernetesProvision(_Strict):
                              "its expires-at annotation")
     hardware: str | None = None
     health_timeout_s: float = Field(1800.0, gt=0)
+    unschedulable_grace_s: float = Field(
+        60.0, gt=0, description="how long the pod may stay unschedulable before the variant "
+        "fails; a cluster autoscaler's TriggeredScaleUp event waits on (to health_timeout_s), "
+        "its NotTriggerScaleUp fails at once")
 
 
 Provision = Annotated[LocalProvision | StaticProvision | Ec2Provision | KubernetesProvision,

@@ -238,10 +238,12 @@ class KubernetesProvisioner(Provisioner):
 
     def _wait_healthy(self, endpoint: Endpoint, path: str, spec: KubernetesProvision, api,
                       obj: str) -> None:
+        began = time.monotonic()
         try:
-            last = poll_health(endpoint.base_url + path,
-                               time.monotonic() + spec.health_timeout_s, interval_s=2.0,
-                               ended=lambda: self._pod_ended(api, spec.namespace, obj))
+            last = poll_health(
+                endpoint.base_url + path, began + spec.health_timeout_s, interval_s=2.0,
+                ended=lambda: self._pod_ended(api, spec.namespace, obj,
+                                              starting=(time.monotonic() - began, spec)))
         except LaunchError as exc:
             exc.argv = endpoint.argv
             raise
@@ -250,18 +252,29 @@ class KubernetesProvisioner(Provisioner):
                               f"{spec.health_timeout_s:g}s (last: {last})", argv=endpoint.argv)
 
     @staticmethod
-    def _pod_ended(api, namespace: str, obj: str) -> str | None:
+    def _pod_ended(api, namespace: str, obj: str,
+                   starting: tuple[float, KubernetesProvision] | None = None) -> str | None:
+        """Why the pod has ended, or (``starting``: seconds since its launch, its spec) why it
+        cannot start: the API's own words, with the pod's warning events. None while it runs
+        or may still start."""
         from kubernetes.client.exceptions import ApiException
 
         try:
             pod = api.read_namespaced_pod(obj, namespace)
         except ApiException as exc:
             return f"pod {namespace}/{obj} is gone ({exc.status} {exc.reason})"
-        if pod.status.phase not in ("Failed", "Succeeded"):
+        why = pod_end_reason(pod)
+        if why is None and starting is not None:
+            waited_s, spec = starting
+            why = pod_start_blocker(pod, _events(api, namespace, obj) if _unscheduled(pod)
+                                    else [], waited_s=waited_s,
+                                    grace_s=spec.unschedulable_grace_s)
+        if why is None:
             return None
-        why = [f"{s.name}: {s.state.terminated.reason} (exit {s.state.terminated.exit_code})"
-               for s in pod.status.container_statuses or [] if s.state and s.state.terminated]
-        return f"pod {namespace}/{obj} {pod.status.phase}: {'; '.join(why) or pod.status.reason}"
+        warnings = [f"{e.reason}: {e.message}" for e in _events(api, namespace, obj)
+                    if e.type == "Warning"][-3:]
+        return f"pod {namespace}/{obj} {why}" + (
+            f"; events: {' | '.join(warnings)}" if warnings else "")
 
     def exited(self, endpoint: Endpoint) -> str | None:
         if endpoint.name not in self._launched:
@@ -349,6 +362,69 @@ def reap(settings: Settings, run_is_live, now: dt.datetime) -> list[Reaped]:
                                  notes.get("servebench/target", ""),
                                  pod.metadata.creation_timestamp, reason))
     return reaped
+
+
+# a container waiting for one of these does not start until someone changes something (the
+# image name, a registry credential, a Secret or ConfigMap key); the kubelet only retries
+FATAL_WAITING = frozenset({"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                           "CreateContainerConfigError", "CreateContainerError",
+                           "RunContainerError"})
+
+
+def pod_end_reason(pod) -> str | None:
+    """A pod that has ended (``Failed``/``Succeeded``: restartPolicy Never), in its
+    containers' terminated reasons and exit codes."""
+    if pod.status.phase not in ("Failed", "Succeeded"):
+        return None
+    why = [f"{s.name}: {s.state.terminated.reason} (exit {s.state.terminated.exit_code})"
+           + (f": {s.state.terminated.message}" if s.state.terminated.message else "")
+           for s in pod.status.container_statuses or [] if s.state and s.state.terminated]
+    return f"{pod.status.phase}: {'; '.join(why) or pod.status.reason or 'no reason given'}"
+
+
+def _unscheduled(pod) -> object | None:
+    """The pod's PodScheduled=False condition, where the scheduler placed it nowhere."""
+    return next((c for c in pod.status.conditions or []
+                 if c.type == "PodScheduled" and c.status == "False"), None)
+
+
+def pod_start_blocker(pod, events: list, *, waited_s: float, grace_s: float) -> str | None:
+    """Why a pending pod will not start: a container waiting on a fatal reason
+    (:data:`FATAL_WAITING`), or unschedulable -- at once where the cluster autoscaler said it
+    will not scale up for it (NotTriggerScaleUp), after ``grace_s`` where nothing is scaling
+    up for it, never while a TriggeredScaleUp is under way."""
+    for status in pod.status.container_statuses or []:
+        waiting = status.state.waiting if status.state else None
+        if waiting and waiting.reason in FATAL_WAITING:
+            return (f"cannot start: {status.name}: {waiting.reason}: "
+                    f"{waiting.message or 'no message'}")
+    condition = _unscheduled(pod)
+    if condition is None:
+        return None
+    reasons = {e.reason for e in events}
+    said = f"{condition.reason or 'not scheduled'}: {condition.message or 'no message'}"
+    if "NotTriggerScaleUp" in reasons:
+        return f"cannot be scheduled and the cluster autoscaler will not add a node: {said}"
+    if "TriggeredScaleUp" not in reasons and waited_s >= grace_s:
+        return (f"not scheduled within {grace_s:g} s (provision.unschedulable_grace_s) and "
+                f"no node is being added for it: {said}")
+    return None
+
+
+def _events(api, namespace: str, obj: str) -> list:
+    """The pod's events, oldest first; none where the API will not list them (a role
+    without ``events: list`` -- docs/provisioning.md gives the role), which only leaves the
+    reasons without their events."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        listed = api.list_namespaced_event(
+            namespace, field_selector=f"involvedObject.kind=Pod,involvedObject.name={obj}")
+    except ApiException as exc:
+        log.warning("listing the events of %s/%s failed: %s %s", namespace, obj, exc.status,
+                    exc.reason)
+        return []
+    return sorted(listed.items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
 
 
 def _delete(api, namespace: str, selector: str) -> list[str]:

@@ -126,3 +126,20 @@ def test_the_pods_memory_must_hold_its_shared_memory_volume(tmp_path):
                                                get_settings()) == []
     with pytest.raises(SpecError, match="provision.memory"):
         _target(tmp_path, {**K8S, "memory": "lots"})
+
+
+def test_an_unschedulable_pod_waits_for_a_scale_up_under_way_and_not_for_nothing():
+    from types import SimpleNamespace
+
+    from kubernetes.client import V1Pod, V1PodCondition, V1PodStatus
+    from servebench.provision.kubernetes import pod_start_blocker
+
+    pod = V1Pod(status=V1PodStatus(phase="Pending", conditions=[V1PodCondition(
+        type="PodScheduled", status="False", reason="Unschedulable", message="0/3 nodes")]))
+    scaling = [SimpleNamespace(reason="FailedScheduling"),
+               SimpleNamespace(reason="TriggeredScaleUp")]
+    assert pod_start_blocker(pod, scaling, waited_s=900, grace_s=60) is None
+    assert pod_start_blocker(pod, [], waited_s=59, grace_s=60) is None
+    assert "not scheduled within 60 s" in pod_start_blocker(pod, [], waited_s=61, grace_s=60)
+    refused = [SimpleNamespace(reason="NotTriggerScaleUp")]
+    assert "will not add a node" in pod_start_blocker(pod, refused, waited_s=1, grace_s=60)

@@ -1,0 +1,243 @@
+"""The kubernetes provisioner's launch against an HTTP stand-in of the Kubernetes API.
+
+A real API server cannot run here: kube-apiserver needs etcd and binaries this machine cannot
+download (only PyPI, Debian and npm are reachable), and kind/k3d need a container engine it
+does not have. So a small HTTP server on loopback answers the endpoints the provisioner calls
+(create ConfigMap/Pod/Service, read the pod, list its events, list/delete by label) with the
+JSON a real cluster sends for each accident -- the pod status, conditions and events copied
+in shape from what the kubelet and scheduler write -- and the real ``kubernetes`` client reads
+it through a kubeconfig. The pods never serve: each test is a launch that cannot succeed, and
+must fail within a minute in the API's own words, with its objects deleted at teardown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+import yaml
+from servebench.config import load_sweep
+from servebench.errors import LaunchError
+from servebench.provision.kubernetes import KubernetesProvisioner
+from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.stacks import get_stack
+
+pytestmark = pytest.mark.integration
+
+NOW = "2026-12-04T02:00:00Z"
+PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>pods|services|configmaps|events)"
+                  r"(?:/(?P<name>[^/]+))?$")
+
+
+class StandInApi(ThreadingHTTPServer):
+    """The API's objects in memory; every created pod takes ``status`` and ``events``."""
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.objects: dict[tuple[str, str, str], dict] = {}
+        self.status: dict = {"phase": "Pending"}
+        self.events: list[dict] = []
+        self.lock = threading.Lock()
+
+
+def _selected(obj: dict, selector: str) -> bool:
+    labels = obj["metadata"].get("labels", {})
+    return all(labels.get(k) == v for k, _, v in (p.partition("=") for p in
+                                                   selector.split(",") if p))
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: StandInApi
+
+    def log_message(self, *args):  # quiet
+        pass
+
+    def _send(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _route(self):
+        url = urlparse(self.path)
+        match = PATH.match(url.path)
+        if not match:
+            self._send(404, {"kind": "Status", "status": "Failure", "reason": "NotFound",
+                             "code": 404, "message": f"{url.path} not served here"})
+            return None
+        return match["ns"], match["kind"], match["name"], parse_qs(url.query)
+
+    def _not_found(self, kind: str, name: str) -> None:
+        self._send(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                         "reason": "NotFound", "code": 404,
+                         "message": f'{kind} "{name}" not found'})
+
+    def do_POST(self):
+        route = self._route()
+        if route is None:
+            return
+        ns, kind, _, _ = route
+        obj = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        obj["metadata"].update(uid=f"uid-{len(self.server.objects)}", creationTimestamp=NOW,
+                               resourceVersion="1")
+        if kind == "pods":
+            obj["status"] = self.server.status
+        with self.server.lock:
+            self.server.objects[(ns, kind, obj["metadata"]["name"])] = obj
+        self._send(201, obj)
+
+    def do_GET(self):
+        route = self._route()
+        if route is None:
+            return
+        ns, kind, name, query = route
+        if kind == "events":
+            wanted = dict(p.split("=", 1) for p in query["fieldSelector"][0].split(","))
+            items = [{"metadata": {"name": f"{wanted['involvedObject.name']}.{i}",
+                                   "namespace": ns},
+                      "involvedObject": {"kind": "Pod", "namespace": ns,
+                                         "name": wanted["involvedObject.name"]},
+                      "lastTimestamp": NOW, **event}
+                     for i, event in enumerate(self.server.events)
+                     if (ns, "pods", wanted["involvedObject.name"]) in self.server.objects]
+            self._send(200, {"kind": "EventList", "apiVersion": "v1", "metadata": {},
+                             "items": items})
+            return
+        if name:
+            obj = self.server.objects.get((ns, kind, name))
+            self._send(200, obj) if obj else self._not_found(kind, name)
+            return
+        selector = query.get("labelSelector", [""])[0]
+        items = [o for (n, k, _), o in list(self.server.objects.items())
+                 if n == ns and k == kind and _selected(o, selector)]
+        self._send(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": items})
+
+    def do_DELETE(self):
+        route = self._route()
+        if route is None:
+            return
+        ns, kind, name, _ = route
+        with self.server.lock:
+            obj = self.server.objects.pop((ns, kind, name), None)
+        if obj is None:
+            self._not_found(kind, name)
+            return
+        self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
+
+
+@pytest.fixture
+def cluster(tmp_path, monkeypatch):
+    """The stand-in API on loopback and a kubeconfig that reaches it: (api, kubeconfig)."""
+    api = StandInApi()
+    threading.Thread(target=api.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "stand-in",
+        "clusters": [{"name": "stand-in", "cluster": {
+            "server": f"http://127.0.0.1:{api.server_address[1]}"}}],
+        "users": [{"name": "bench", "user": {}}],
+        "contexts": [{"name": "stand-in", "context": {"cluster": "stand-in", "user": "bench"}}],
+    }))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # not in-cluster
+    yield api, str(kubeconfig)
+    api.shutdown()
+
+
+def _launch(tmp_path, cluster, **provision):
+    """Launches the one vLLM variant on the stand-in cluster: (LaunchError, seconds)."""
+    api, kubeconfig = cluster
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["cross_stack"] = []
+    data["targets"] = [{"name": "llama8b", "stack": "vllm", "golden_sets": [],
+                        "provision": {"kind": "kubernetes", "namespace": "bench",
+                                      "kubeconfig": kubeconfig, "hf_token_secret": "hf",
+                                      "health_timeout_s": 900, **provision},
+                        "variants": [{"name": "bf16",
+                                      "model": "meta-llama/Llama-3.1-8B-Instruct"}]}]
+    path = tmp_path / "sweep.yaml"
+    path.write_text(yaml.safe_dump(data))
+    target = load_sweep(path).targets[0]
+    state = KubernetesProvisioner.acquire("k8s-run", [target], get_settings(), dag_id="d")
+    provisioner = KubernetesProvisioner.attach("k8s-run", state, get_settings())
+    began = time.monotonic()
+    with pytest.raises(LaunchError) as failed:
+        provisioner.launch("llama8b/bf16", target, target.variants[0], get_stack("vllm"))
+    took = time.monotonic() - began
+    gone = KubernetesProvisioner.attach("k8s-run", state, get_settings()).teardown()
+    assert any(g.startswith("pod bench/") for g in gone)  # no object outlives its unit
+    assert not [k for k in api.objects if k[1] == "pods"]
+    return str(failed.value), took
+
+
+def _waiting(reason: str, message: str) -> dict:
+    return {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "True"}, {"type": "Initialized", "status": "True"},
+        {"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+        "containerStatuses": [{"name": "server", "ready": False, "restartCount": 0,
+                               "image": "vllm/vllm-openai:v9.9.9", "imageID": "",
+                               "state": {"waiting": {"reason": reason, "message": message}}}]}
+
+
+def _unschedulable() -> dict:
+    return {"phase": "Pending", "conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu. preemption: 0/3 "
+                   "nodes are available: 3 No preemption victims found for incoming pod."}]}
+
+
+def _event(reason: str, message: str, type_: str = "Warning") -> dict:
+    return {"type": type_, "reason": reason, "message": message}
+
+
+def test_an_image_that_cannot_be_pulled_fails_in_the_kubelets_words(tmp_path, cluster):
+    api = cluster[0]
+    api.status = _waiting("ImagePullBackOff", 'Back-off pulling image "vllm/vllm-openai:v9.9.9"')
+    api.events = [_event("Scheduled", "Successfully assigned bench/x to gpu-1", "Normal"),
+                  _event("Failed", 'Failed to pull image "vllm/vllm-openai:v9.9.9": not found')]
+    why, took = _launch(tmp_path, cluster)
+    assert "cannot start: server: ImagePullBackOff" in why, why
+    assert "Failed to pull image" in why and "not found" in why, why
+    assert "Successfully assigned" not in why  # only the warnings
+    assert took < 60
+
+
+def test_a_missing_secret_fails_at_once(tmp_path, cluster):
+    api = cluster[0]
+    api.status = _waiting("CreateContainerConfigError", 'secret "hf" not found')
+    why, took = _launch(tmp_path, cluster)
+    assert 'CreateContainerConfigError: secret "hf" not found' in why, why
+    assert took < 60
+
+
+def test_an_unschedulable_pod_fails_after_its_grace_unless_a_node_is_coming(tmp_path, cluster):
+    api = cluster[0]
+    api.status = _unschedulable()
+    api.events = [_event("FailedScheduling", "0/3 nodes are available: 3 Insufficient "
+                                             "nvidia.com/gpu.")]
+    why, took = _launch(tmp_path, cluster, unschedulable_grace_s=3)
+    assert "not scheduled within 3 s (provision.unschedulable_grace_s)" in why, why
+    assert "3 Insufficient nvidia.com/gpu" in why and 3 <= took < 60
+
+    api.events.append(_event("NotTriggerScaleUp", "pod didn't trigger scale-up: 2 max node "
+                                                  "group size reached", "Normal"))
+    why, took = _launch(tmp_path, cluster, unschedulable_grace_s=600)
+    assert "the cluster autoscaler will not add a node" in why, why
+    assert took < 60
+
+
+def test_a_pod_killed_for_memory_fails_with_its_reason(tmp_path, cluster):
+    api = cluster[0]
+    api.status = {"phase": "Failed", "containerStatuses": [{
+        "name": "server", "ready": False, "restartCount": 0, "image": "vllm/vllm-openai:v0.11",
+        "imageID": "docker.io/vllm/vllm-openai@sha256:" + "a" * 64,
+        "state": {"terminated": {"reason": "OOMKilled", "exitCode": 137}}}]}
+    why, took = _launch(tmp_path, cluster)
+    assert "Failed: server: OOMKilled (exit 137)" in why, why
+    assert took < 60
