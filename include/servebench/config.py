@@ -419,16 +419,24 @@ class Ec2Provision(_Strict):
     price_per_hour: float | None = Field(
         None, ge=0, description="USD per hour of this instance type (default: the sweep's)")
     ttl_hours: float = Field(
-        8.0, gt=0, description="the instance's tag expires_at = launch + ttl: the janitor "
-        "terminates it after that whatever the run's state")
+        8.0, gt=0, description="the instance's tag expires_at = launch + ttl, moved to ttl "
+        "from now at each unit's launch and while its units measure: the janitor terminates "
+        "it after that whatever the run's state")
     hardware: str | None = Field(None, description="recorded as the cells' hardware; "
                                  "default: 'aws <instance_type>'")
+    root_volume_gb: int | None = Field(
+        None, ge=8, le=16384, description="root EBS volume size (GiB), where images and "
+        "model_cache live: a 70B model's weights are ~140 GB (default: the AMI's)")
+    root_volume_type: Literal["gp3", "gp2", "io1", "io2"] = "gp3"
     model_cache: str = Field("/opt/servebench/hub", description="host folder for weights, "
                              "mounted as the stack's hub cache (kept across variants)")
     hf_token_parameter: str | None = Field(
         None, description="SSM parameter (SecureString) the instance reads HF_TOKEN from; "
         "the token never travels in the command")
     health_timeout_s: float = Field(1800.0, gt=0, description="image pull + weight load")
+    ssm_timeout_s: float = Field(
+        600.0, gt=0, description="how long the instance's SSM agent may take to come online "
+        "after the launch: past it the variant fails, naming the instance profile")
     max_instances: int | None = Field(
         None, ge=1, description="project instances of this type that may run at once (your "
         "GPU quota): a run waits for one to end, up to acquire_timeout_s")
@@ -442,6 +450,9 @@ class Ec2Provision(_Strict):
     def _one_image(self) -> Ec2Provision:
         if (self.ami is None) == (self.launch_template is None):
             raise ValueError("exactly one of ami and launch_template")
+        if self.root_volume_gb is not None and self.launch_template is not None:
+            raise ValueError("root_volume_gb: with a launch_template, size the root volume "
+                             "in the template")
         for i, fb in enumerate(self.fallbacks):
             other_type = fb.instance_type not in (None, self.instance_type)
             other_market = fb.market not in (None, self.market)

@@ -140,6 +140,8 @@ def _problems(spec: SweepSpec, path: str, settings: Settings) -> tuple[list[str]
             problems.append(f"{path}: field sampling: {target.stack} (target {target.name}): "
                             f"{problem}")
         provisioner = get_provisioner(target.provision_kind)
+        for problem in provisioner.check_target(target, settings):
+            problems.append(f"{where}: {problem}")
         for v_idx, variant in enumerate(target.variants):
             at = f"{where}.variants[{v_idx}](name={variant.name})"
             for problem in provisioner.check(target, variant, adapter, settings):

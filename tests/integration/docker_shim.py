@@ -2,11 +2,13 @@
 provisioner's SSM script calls, for a machine without a Docker engine.
 
 It understands the commands that script uses -- ``rm -f``, ``pull``, ``image inspect``,
-``run -d`` and ``logs --tail`` -- and runs a container as the image's entrypoint process on
-the host: the image maps to an executable (``DOCKER_SHIM_IMAGES``, JSON), ``-v`` mounts map
-container paths in the arguments back to host paths, ``-e`` sets the environment, and
-``-p`` must publish a port as itself (the process binds the host's port directly). State
-(pid, log) lives in ``DOCKER_SHIM_STATE``. Anything else it is asked is an error, so a
+``run -d``, ``inspect --format`` (the container's state) and ``logs --tail`` -- and runs a
+container as the image's entrypoint process on the host, under a supervisor that keeps its
+exit code as the Docker daemon does: the image maps to an executable
+(``DOCKER_SHIM_IMAGES``, JSON), ``-v`` mounts map container paths in the arguments back to
+host paths, ``-e`` sets the environment, and ``-p`` must publish a port as itself (the
+process binds the host's port directly). State (pid, exit code, log) lives in
+``DOCKER_SHIM_STATE``. Anything else it is asked is an error, so a
 script that changes shape fails the test instead of passing by accident.
 """
 
@@ -44,6 +46,7 @@ def rm(args: list[str]) -> int:
         except ProcessLookupError:
             pass
         pid_file.unlink()
+        (STATE / f"{name}.exit").unlink(missing_ok=True)
         print(name)
     return 0
 
@@ -80,12 +83,40 @@ def run(args: list[str]) -> int:
             env[key] = value
     name = opts["--name"][0]
     STATE.mkdir(parents=True, exist_ok=True)
+    (STATE / f"{name}.exit").unlink(missing_ok=True)
     log = (STATE / f"{name}.log").open("ab")
-    proc = subprocess.Popen([exe, *(outside(a) for a in command)], stdout=log,
+    proc = subprocess.Popen([sys.executable, __file__, "_supervise", name, exe,
+                             *(outside(a) for a in command)], stdout=log,
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             start_new_session=True)
     (STATE / f"{name}.pid").write_text(str(proc.pid))
     print(f"{proc.pid:064x}")
+    return 0
+
+
+def supervise(name: str, argv: list[str]) -> int:
+    """The container's process, waited on: its exit code kept for ``inspect``."""
+    try:
+        code = subprocess.call(argv)
+    except OSError as exc:  # docker reports an entrypoint it cannot exec as exit code 127
+        print(f"exec {argv[0]}: {exc}", flush=True)
+        code = 127
+    (STATE / f"{name}.exit").write_text(str(code))
+    return code
+
+
+def inspect(args: list[str]) -> int:
+    """``docker inspect --format '{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}'
+    NAME``, the one format the provisioner asks."""
+    name, fmt = args[-1], args[args.index("--format") + 1]
+    if fmt != "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}":
+        sys.exit(f"docker shim: inspect format {fmt!r} not understood")
+    if not (STATE / f"{name}.pid").exists():
+        print(f"Error: No such object: {name}", file=sys.stderr)
+        return 1
+    exit_file = STATE / f"{name}.exit"
+    print(f"exited {exit_file.read_text().strip()} false" if exit_file.exists()
+          else "running 0 false")
     return 0
 
 
@@ -115,6 +146,10 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["logs"]:
         return logs(argv[1:])
+    if argv[:1] == ["inspect"]:
+        return inspect(argv[1:])
+    if argv[:1] == ["_supervise"]:
+        return supervise(argv[1], argv[2:])
     sys.exit(f"docker shim: command {argv[:2]} not understood")
 
 

@@ -75,6 +75,9 @@ class StandInHosts:
         self.images = images
         self.hosts: dict[str, Host] = {}
         self.gone: list[str] = []  # instances whose host was torn down at termination
+        # False: no agent registers (an instance without an SSM instance profile, an AMI
+        # without the agent): every command is refused as SSM refuses an agent not online
+        self.agents_online = True
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._bin = workdir / "bin"
@@ -169,7 +172,7 @@ class StandInHosts:
 
         def send_command(backend, *args, **kwargs):
             ids = list(kwargs.get("instance_ids") or [])  # moto extends the list it is given
-            missing = [i for i in ids if i not in hosts.hosts]
+            missing = [i for i in ids if i not in hosts.hosts or not hosts.agents_online]
             if missing:
                 raise SSMException("InvalidInstanceId",
                                    f"Instances {missing} not in a valid state for account")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -273,6 +274,110 @@ def test_a_spot_interruption_fails_the_variant_with_the_instance_reason(aws, loc
     assert Ec2Provisioner.attach("spot-run", state, get_settings()).teardown() == []
 
 
+def _run_variant(aws, spec, run_id: str):
+    """One variant of the sweep's target on its own instance: (cells, seconds, instance)."""
+    from servebench.bench import VariantRunner
+    from servebench.provision.ec2 import Ec2Provisioner
+
+    target = spec.targets[0]
+    state = Ec2Provisioner.acquire(run_id, spec.targets, get_settings(), dag_id="d")
+    provisioner = Ec2Provisioner.attach(run_id, state, get_settings())
+    began = time.monotonic()
+    result = VariantRunner(spec, target, target.variants[0], run_id=run_id,
+                           settings=get_settings(), provisioner=provisioner).run()
+    return result.cells, time.monotonic() - began, state["adder-gpu"]["instance_id"]
+
+
+def test_a_container_that_exits_fails_its_cells_in_its_own_words_within_a_minute(
+        aws, local_sweep, tmp_path):
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import Ec2Provisioner
+
+    hosts = aws[1]
+    gated = tmp_path / "gated-server"  # a gated model without a token: the engine's own end
+    gated.write_text("#!/bin/sh\necho 'starting the server'\n"
+                     "echo 'OSError: You are trying to access a gated repo.' >&2\nexit 1\n")
+    gated.chmod(0o755)
+    hosts.images["example.com/gated-server:1"] = str(gated)
+    data = yaml.safe_load(Path(_sweep(aws, local_sweep, "dies", variants=("f16",),
+                                      health_timeout_s=900)).read_text())
+    data["targets"][0]["variants"][0]["image"] = "example.com/gated-server:1"
+    cells, took, iid = _run_variant(aws, load_sweep(_write(aws, "dies", data)), "dies-run")
+    assert cells and all(c["status"] == "failed" for c in cells)
+    reason = cells[0]["reason"]
+    assert "the container exited with exit code 1" in reason, reason
+    assert "gated repo" in reason, reason
+    assert took < 60, f"seen after {took:.0f} s, not within a minute (timeout 900 s)"
+    assert Ec2Provisioner.attach("dies-run", None, get_settings()).teardown() == [iid]
+
+
+def test_an_agent_that_never_registers_fails_at_ssm_timeout_naming_the_profile(
+        aws, local_sweep):
+    import boto3
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import Ec2Provisioner
+
+    ec2, hosts = aws[0], aws[1]
+    iam = boto3.client("iam", endpoint_url=ec2.meta.endpoint_url, region_name=REGION)
+    if "gpu-bench" not in [p["InstanceProfileName"]
+                           for p in iam.list_instance_profiles()["InstanceProfiles"]]:
+        iam.create_instance_profile(InstanceProfileName="gpu-bench")  # without SSM's policy
+    spec = load_sweep(_sweep(aws, local_sweep, "no-agent", variants=("f16",),
+                             health_timeout_s=900, ssm_timeout_s=4,
+                             instance_profile="gpu-bench"))
+    hosts.agents_online = False
+    try:
+        cells, took, iid = _run_variant(aws, spec, "no-agent-run")
+    finally:
+        hosts.agents_online = True
+    assert cells and all(c["status"] == "failed" for c in cells)
+    reason = cells[0]["reason"]
+    assert "SSM agent" in reason and "within 4 s" in reason, reason
+    assert "gpu-bench" in reason and "provision.instance_profile" in reason, reason
+    assert took < 60
+    assert Ec2Provisioner.attach("no-agent-run", None, get_settings()).teardown() == [iid]
+
+
+def test_a_ttl_crossing_a_long_unit_is_extended_and_a_hung_unit_lets_it_expire(
+        aws, local_sweep):
+    import datetime as dt
+
+    from servebench.bench import VariantRunner
+    from servebench.config import load_sweep
+    from servebench.janitor import sweep_instances
+    from servebench.provision.ec2 import Ec2Provisioner
+
+    ec2 = aws[0]
+    ttl_s = 20
+    spec = load_sweep(_sweep(aws, local_sweep, "lease", variants=("f16",),
+                             ttl_hours=ttl_s / 3600))
+    target = spec.targets[0]
+    state = Ec2Provisioner.acquire("lease-run", spec.targets, get_settings(), dag_id="d")
+    iid = state["adder-gpu"]["instance_id"]
+    [instance] = _instances(ec2, run_id="lease-run")
+    first_lease = dt.datetime.fromisoformat(
+        {t["Key"]: t["Value"] for t in instance["Tags"]}["expires_at"])
+    time.sleep(ttl_s / 2)  # the unit's turn comes late in the sweep
+    reaped: list[dict] = []
+
+    def janitor(cell: dict) -> None:  # the janitor runs under the unit, past the first lease
+        wait = (first_lease - dt.datetime.now(dt.UTC)).total_seconds() + 2
+        time.sleep(max(0.0, wait))
+        reaped.extend(sweep_instances(lambda dag_id, run_id: True, "janitor-lease"))
+
+    provisioner = Ec2Provisioner.attach("lease-run", state, get_settings())
+    result = VariantRunner(spec, target, target.variants[0], run_id="lease-run",
+                           settings=get_settings(), provisioner=provisioner,
+                           on_cell=janitor).run()
+    assert reaped == [] and _live(ec2, run_id="lease-run") == [iid]
+    assert all(c["status"] != "failed" for c in result.cells), \
+        [c["reason"] for c in result.cells]
+    time.sleep(ttl_s + 1)  # nothing asks any more (a hung unit): the lease runs out
+    rows = sweep_instances(lambda dag_id, run_id: True, "janitor-lease")
+    assert [(r["instance_id"], r["reason"][:10]) for r in rows] == [(iid, "expired at")]
+    assert _live(ec2, run_id="lease-run") == []
+
+
 def test_a_full_instance_quota_waits_then_fails_before_launching(aws, local_sweep):
     from servebench.config import load_sweep
     from servebench.provision.ec2 import Ec2Provisioner
@@ -283,9 +388,11 @@ def test_a_full_instance_quota_waits_then_fails_before_launching(aws, local_swee
     Ec2Provisioner.acquire("quota-holder", holder.targets, get_settings(), dag_id="d")
     spec = load_sweep(_sweep(aws, local_sweep, "quota", variants=("f16",), max_instances=1,
                              acquire_timeout_s=0.5))
-    with pytest.raises(LaunchError, match=r"no g6.xlarge free within max_instances=1"):
-        Ec2Provisioner.acquire("quota-run", spec.targets, get_settings(), dag_id="d")
+    state = Ec2Provisioner.acquire("quota-run", spec.targets, get_settings(), dag_id="d")
+    assert "no g6.xlarge free within max_instances=1" in state["adder-gpu"]["error"]
     assert _instances(ec2, run_id="quota-run") == []  # nothing launched over the quota
+    with pytest.raises(LaunchError, match="has no instance: its setup failed: no g6.xlarge"):
+        Ec2Provisioner.attach("quota-run", state, get_settings())._facts("adder-gpu")
     Ec2Provisioner.attach("quota-holder", None, get_settings()).teardown()
     state = Ec2Provisioner.acquire("quota-run", spec.targets, get_settings(), dag_id="d")
     assert Ec2Provisioner.attach("quota-run", state, get_settings()).teardown() == [
@@ -328,8 +435,8 @@ def test_a_throttled_launch_is_retried_a_bounded_number_of_times(aws, local_swee
     Ec2Provisioner.attach("throttled", state, get_settings()).teardown()
     faults["run_instances"] = ["RequestLimitExceeded"] * (API_MAX_ATTEMPTS + 3)
     calls.clear()
-    with pytest.raises(Exception, match="RequestLimitExceeded"):
-        Ec2Provisioner.acquire("throttled-out", spec.targets, get_settings(), dag_id="d")
+    state = Ec2Provisioner.acquire("throttled-out", spec.targets, get_settings(), dag_id="d")
+    assert "RequestLimitExceeded" in state["adder-gpu"]["error"]
     assert calls["run_instances"] == API_MAX_ATTEMPTS  # bounded: then it gives up
 
 
@@ -337,7 +444,6 @@ def test_no_capacity_launches_in_the_next_placement_with_its_hardware_and_price(
         aws, local_sweep, ec2_faults):
     from servebench.config import load_sweep
     from servebench.provision.ec2 import Ec2Provisioner
-    from servebench.provision.interface import LaunchError
 
     ec2 = aws[0]
     faults, calls = ec2_faults
@@ -363,16 +469,18 @@ def test_no_capacity_launches_in_the_next_placement_with_its_hardware_and_price(
     finally:
         provisioner.teardown()
     faults["run_instances"] = ["InsufficientInstanceCapacity", "VcpuLimitExceeded"]
-    with pytest.raises(LaunchError, match=r"no placement could be had: g6\.xlarge on-demand "
-                       r".*InsufficientInstanceCapacity; g6\.2xlarge .*VcpuLimitExceeded"):
-        Ec2Provisioner.acquire("no-capacity", spec.targets, get_settings(), dag_id="d")
+    state = Ec2Provisioner.acquire("no-capacity", spec.targets, get_settings(), dag_id="d")
+    assert re.search(r"no placement could be had: g6\.xlarge on-demand .*"
+                     r"InsufficientInstanceCapacity; g6\.2xlarge .*VcpuLimitExceeded",
+                     state["adder-gpu"]["error"]), state
     assert _live(ec2, run_id="no-capacity") == []
 
 
-def test_a_launch_that_fails_part_way_terminates_what_it_launched(aws, local_sweep, ec2_faults):
+def test_a_target_that_cannot_be_had_fails_its_units_and_the_others_run(
+        aws, local_sweep, ec2_faults):
+    from servebench.bench import VariantRunner
     from servebench.config import load_sweep
     from servebench.provision.ec2 import Ec2Provisioner
-    from servebench.provision.interface import LaunchError
 
     ec2 = aws[0]
     faults, _ = ec2_faults
@@ -383,10 +491,19 @@ def test_a_launch_that_fails_part_way_terminates_what_it_launched(aws, local_swe
                       {**one.targets[0].model_dump(mode="json"), "name": "adder-gpu-2"}]
     spec = load_sweep(_write(aws, "two-targets", two))
     faults["run_instances"] = [None, "InsufficientInstanceCapacity"]  # the second target's
-    with pytest.raises(LaunchError, match="InsufficientInstanceCapacity"):
-        Ec2Provisioner.acquire("part-way", spec.targets, get_settings(), dag_id="d")
-    [first] = _instances(ec2, run_id="part-way")
-    assert first["State"]["Name"] == "terminated"  # the first target's, not left running
+    state = Ec2Provisioner.acquire("part-way", spec.targets, get_settings(), dag_id="d")
+    assert "InsufficientInstanceCapacity" in state["adder-gpu-2"]["error"]
+    assert _live(ec2, run_id="part-way") == [state["adder-gpu"]["instance_id"]]
+    provisioner = Ec2Provisioner.attach("part-way", state, get_settings())
+    results = {t.name: VariantRunner(spec, t, t.variants[0], run_id="part-way",
+                                     settings=get_settings(), provisioner=provisioner).run()
+               for t in spec.targets}
+    assert {c["status"] for c in results["adder-gpu"].cells} == {"ok"}
+    failed = results["adder-gpu-2"].cells
+    assert failed and all(c["status"] == "failed" for c in failed)
+    assert "has no instance: its setup failed" in failed[0]["reason"]
+    assert "InsufficientInstanceCapacity" in failed[0]["reason"]
+    assert provisioner.teardown() == [state["adder-gpu"]["instance_id"]]
 
 
 def test_a_failing_terminate_fails_the_teardown_by_name_and_the_janitor_ends_it(

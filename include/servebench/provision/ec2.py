@@ -56,6 +56,16 @@ CONTAINER = "servebench-server"
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 DIGEST_MARK = "servebench-image-digest:"  # the line the launch script prints
 SSM_POLL_S = 2.0
+CONTAINER_CHECK_S = 10.0  # how often a launch asks the instance whether its container lives
+# the container's state, and its log tail where it has ended (what the launch's reason quotes)
+CONTAINER_STATE = [
+    "state=\"$(docker inspect --format "
+    "'{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}' "
+    f"{CONTAINER} 2>&1)\" || state=\"missing 0 false $state\"",
+    'echo "$state" | head -n 1',
+    'case "$state" in running*|created*|restarting*|paused*) ;; '
+    f"*) docker logs --tail 40 {CONTAINER} 2>&1 || true ;; esac",
+]
 API_MAX_ATTEMPTS = 5  # per EC2/SSM call, first try included
 QUOTA_POLL_S = 15.0
 
@@ -168,54 +178,63 @@ class Ec2Provisioner(Provisioner):
         self._images: dict[str, str] = {}  # endpoint name -> image asked for
         self._targets: dict[str, str] = {}  # endpoint name -> target name
         self._client_cache: dict[tuple, tuple] = {}
+        self._leases: dict[str, tuple[float, float]] = {}  # target -> (ttl h, extended at)
 
     # -- setup ------------------------------------------------------------------------------
     @classmethod
     def acquire(cls, run_id, targets, settings, *, dag_id: str = "") -> dict:
         """One instance per target, launched (idempotently) and waited for until running
-        with status checks ok; {target: instance facts}. A failure part-way terminates what
-        this run launched before it is raised."""
-        try:
-            return cls._acquire(run_id, targets, dag_id)
-        except (LaunchError, ClientError, WaiterError):
-            places = {(_spec(t).aws_conn_id, _spec(t).region) for t in targets}
-            gone = _terminate_run(run_id, places)
-            log.exception("setup of run %s failed; terminated %s", run_id, gone)
-            raise
+        with status checks ok; {target: instance facts}. A target whose instance cannot be
+        had (no placement with capacity, the quota wait over, an API error, an instance that
+        never came up) has what it launched terminated and keeps only its ``error``: its
+        units fail with that reason, and the other targets' units run (the night goes on)."""
+        launched: dict[str, dict] = {}
+        for target in targets:  # every launch first: the instances boot side by side
+            try:
+                launched[target.name] = cls._launch_target(run_id, target, dag_id)
+            except (LaunchError, ClientError, BotoCoreError) as exc:
+                launched[target.name] = _failed_target(run_id, target, exc)
+        for target in targets:
+            if "error" in launched[target.name]:
+                continue
+            try:
+                cls._wait_up(target, launched[target.name])
+            except (LaunchError, ClientError, BotoCoreError) as exc:
+                launched[target.name] = _failed_target(run_id, target, exc)
+        return launched
 
     @classmethod
-    def _acquire(cls, run_id: str, targets: list[TargetSpec], dag_id: str) -> dict:
-        launched: dict[str, dict] = {}
-        for target in targets:
-            spec = _spec(target)
-            ec2, _ = _clients(spec.aws_conn_id, spec.region)
-            instance, placement = _run_instance(ec2, spec, run_id=run_id, dag_id=dag_id,
-                                                target=target.name)
-            launched[target.name] = {"instance_id": instance["InstanceId"],
-                                     "conn_id": spec.aws_conn_id, "region": spec.region,
-                                     # the placement it got: the cells' hardware and price
-                                     **placement.model_dump()}
-            log.info("%s: instance %s (%s, %s, %s) for run %s", target.name,
-                     instance["InstanceId"], placement.instance_type, placement.market,
-                     placement.subnet_id or "default subnet", run_id)
-        for target in targets:
-            spec, facts = _spec(target), launched[target.name]
-            ec2, _ = _clients(facts["conn_id"], facts["region"])
-            iid = facts["instance_id"]
-            try:
-                ec2.get_waiter("instance_running").wait(InstanceIds=[iid])
-                ec2.get_waiter("instance_status_ok").wait(InstanceIds=[iid])
-            except WaiterError as exc:
-                raise LaunchError(f"instance {iid} of {target.name} did not come up: "
-                                  f"{exc}") from exc
-            (instance,) = _instances(ec2, [{"Name": "instance-id", "Values": [iid]}])
-            address = instance.get("PublicIpAddress" if spec.address == "public"
-                                   else "PrivateIpAddress")
-            if not address:
-                raise LaunchError(f"instance {iid} of {target.name} has no {spec.address} "
-                                  "address")
-            facts.update(address=address, launched_at=instance["LaunchTime"].isoformat())
-        return launched
+    def _launch_target(cls, run_id: str, target: TargetSpec, dag_id: str) -> dict:
+        spec = _spec(target)
+        ec2, _ = _clients(spec.aws_conn_id, spec.region)
+        instance, placement = _run_instance(ec2, spec, run_id=run_id, dag_id=dag_id,
+                                            target=target.name)
+        log.info("%s: instance %s (%s, %s, %s) for run %s", target.name,
+                 instance["InstanceId"], placement.instance_type, placement.market,
+                 placement.subnet_id or "default subnet", run_id)
+        return {"instance_id": instance["InstanceId"], "conn_id": spec.aws_conn_id,
+                "region": spec.region,
+                **placement.model_dump()}  # the placement it got: the cells' hardware, price
+
+    @classmethod
+    def _wait_up(cls, target: TargetSpec, facts: dict) -> None:
+        """Running with status checks ok, and its address in ``facts``."""
+        spec = _spec(target)
+        ec2, _ = _clients(facts["conn_id"], facts["region"])
+        iid = facts["instance_id"]
+        try:
+            ec2.get_waiter("instance_running").wait(InstanceIds=[iid])
+            ec2.get_waiter("instance_status_ok").wait(InstanceIds=[iid])
+        except WaiterError as exc:
+            raise LaunchError(f"instance {iid} of {target.name} did not come up: "
+                              f"{exc}") from exc
+        (instance,) = _instances(ec2, [{"Name": "instance-id", "Values": [iid]}])
+        address = instance.get("PublicIpAddress" if spec.address == "public"
+                               else "PrivateIpAddress")
+        if not address:
+            raise LaunchError(f"instance {iid} of {target.name} has no {spec.address} "
+                              "address")
+        facts.update(address=address, launched_at=instance["LaunchTime"].isoformat())
 
     @classmethod
     def attach(cls, run_id, state, settings) -> Ec2Provisioner:
@@ -236,9 +255,27 @@ class Ec2Provisioner(Provisioner):
         problem = adapter.image_problem(launch.image)
         if problem:
             problems.append(f"field image: {problem}")
+        return problems
+
+    @classmethod
+    def check_target(cls, target: TargetSpec, settings: Settings) -> list[str]:
+        """What the account would refuse, asked of AWS before anything is paid for: the
+        connection, an EC2 ``DryRun`` of each placement's launch (permissions, AMI or launch
+        template, subnet, instance type, security groups, instance profile), the instance
+        profile's role, the token parameter. A check the worker's identity may not make
+        (IAM or SSM reads it needs nowhere else) is logged and skipped."""
+        spec = _spec(target)
         if not _has_connection(spec.aws_conn_id):
-            problems.append(f"field provision.aws_conn_id: no Airflow connection "
-                            f"{spec.aws_conn_id!r} (the AWS credentials and region)")
+            return [f"field provision.aws_conn_id: no Airflow connection {spec.aws_conn_id!r} "
+                    "(the AWS credentials and region)"]
+        try:
+            ec2, ssm = _clients(spec.aws_conn_id, spec.region)
+            problems = _dry_run_problems(ec2, spec, target.name)
+            problems += _profile_problems(spec)
+            problems += _token_parameter_problems(ssm, spec)
+        except BotoCoreError as exc:  # no route to AWS, no credentials: nothing can launch
+            return [f"field provision.aws_conn_id: AWS cannot be asked through "
+                    f"{spec.aws_conn_id!r}: {exc}"]
         return problems
 
     # -- per variant ------------------------------------------------------------------------
@@ -253,9 +290,13 @@ class Ec2Provisioner(Provisioner):
         script = render_script(launch, spec, hub_cache=str(hub_cache_dir()))
         iid = facts["instance_id"]
         self._targets[name], self._images[name] = target.name, launch.image
-        deadline = time.monotonic() + spec.health_timeout_s
+        self._leases[target.name] = (spec.ttl_hours, 0.0)
+        self._extend_lease(target.name)  # the unit's work starts now
+        now = time.monotonic()
+        deadline = now + spec.health_timeout_s
         try:
-            output = self._run(ssm, iid, script, f"servebench {name}", deadline)
+            output = self._run(ssm, iid, script, f"servebench {name}", deadline,
+                               online_by=now + spec.ssm_timeout_s, spec=spec)
         except LaunchError as exc:
             exc.argv = launch.argv
             raise
@@ -274,9 +315,12 @@ class Ec2Provisioner(Provisioner):
         host = f"{facts['instance_id']} ({facts['address']})" if facts else None
         return {"host": host, "image": image}
 
-    def _run(self, ssm, iid: str, lines: list[str], comment: str, deadline: float) -> str:
+    def _run(self, ssm, iid: str, lines: list[str], comment: str, deadline: float, *,
+             online_by: float | None = None, spec: Ec2Provision | None = None) -> str:
         """Runs ``lines`` on the instance through SSM and waits for the result; its output.
-        An agent that is not online yet (a fresh instance) is retried until ``deadline``."""
+        An agent that is not online yet (a fresh instance) is retried until ``online_by``
+        (the spec's ssm_timeout_s after the launch began), never past ``deadline``."""
+        give_up = min(deadline, online_by) if online_by is not None else deadline
         while True:
             try:
                 sent = ssm.send_command(InstanceIds=[iid], DocumentName="AWS-RunShellScript",
@@ -285,7 +329,15 @@ class Ec2Provisioner(Provisioner):
                 break
             except ClientError as exc:
                 code = exc.response.get("Error", {}).get("Code")
-                if code != "InvalidInstanceId" or time.monotonic() > deadline:
+                if code == "InvalidInstanceId" and time.monotonic() > give_up and spec:
+                    profile = spec.instance_profile or "none set"
+                    raise LaunchError(
+                        f"the SSM agent on {iid} did not come online within "
+                        f"{spec.ssm_timeout_s:.0f} s (provision.ssm_timeout_s): the instance "
+                        f"profile ({profile}, provision.instance_profile) must allow SSM "
+                        "(AmazonSSMManagedInstanceCore), the AMI must run the agent and the "
+                        "subnet must reach the SSM endpoints") from exc
+                if code != "InvalidInstanceId" or time.monotonic() > give_up:
                     raise LaunchError(f"SSM could not reach instance {iid}: {exc}") from exc
                 time.sleep(SSM_POLL_S)
         command_id = sent["Command"]["CommandId"]
@@ -312,7 +364,16 @@ class Ec2Provisioner(Provisioner):
     def _wait_healthy(self, endpoint: Endpoint, path: str, deadline: float, ssm,
                       iid: str) -> None:
         url = endpoint.base_url + path
-        last = poll_health(url, deadline, ended=lambda: self._instance_gone(endpoint.name))
+        asked = [time.monotonic()]
+
+        def ended() -> str | None:  # the instance every poll; its container every few seconds
+            why = self._instance_gone(endpoint.name)
+            if why or time.monotonic() - asked[0] < CONTAINER_CHECK_S:
+                return why
+            asked[0] = time.monotonic()
+            return self._container_ended(ssm, iid)
+
+        last = poll_health(url, deadline, ended=ended)
         if last is None:
             log.info("%s: %s healthy on %s", endpoint.name, url, iid)
             return
@@ -324,6 +385,28 @@ class Ec2Provisioner(Provisioner):
             logs = f"<no logs: {exc}>"
         raise LaunchError(f"{url} not healthy by the health timeout (last: {last}); "
                           f"container log tail:\n{logs}")
+
+    def _container_ended(self, ssm, iid: str) -> str | None:
+        """Why the launched container has ended (exited, killed for memory, removed), in its
+        exit code and its own log lines; None while it lives. A check that cannot reach the
+        instance decides nothing: the health wait goes on."""
+        try:
+            output = self._run(ssm, iid, CONTAINER_STATE, "servebench state",
+                               time.monotonic() + 60)
+        except LaunchError as exc:
+            log.warning("asking %s for its container's state failed: %s", iid, exc)
+            return None
+        first, _, tail = output.strip().partition("\n")
+        words = first.split()
+        if not words or words[0] in ("running", "created", "restarting", "paused"):
+            return None
+        if words[0] == "missing":
+            what = "the container is gone: " + " ".join(words[3:])
+        else:
+            code = words[1] if len(words) > 1 else "?"
+            oom = " (killed: out of memory)" if words[2:3] == ["true"] else ""
+            what = f"the container {words[0]} with exit code {code}{oom}"
+        return f"{what}; its log tail:\n{tail.strip() or '(empty)'}"
 
     def _clients(self, facts: dict):
         """(ec2, ssm) for a target's instance, made once per provisioner."""
@@ -340,6 +423,8 @@ class Ec2Provisioner(Provisioner):
 
     def _facts(self, target: str) -> dict:
         facts = self.state.get(target)
+        if facts and "error" in facts:
+            raise LaunchError(f"target {target!r} has no instance: {facts['error']}")
         if not facts or "address" not in facts:
             raise LaunchError(f"target {target!r} has no instance in this run (the setup "
                               "task did not provision it)")
@@ -361,8 +446,33 @@ class Ec2Provisioner(Provisioner):
         return f"instance {facts['instance_id']} is {state} ({reason})"
 
     def exited(self, endpoint: Endpoint) -> str | None:
-        """A spot interruption (or anyone's terminate) ends the instance under the cells."""
-        return self._instance_gone(endpoint.name)
+        """A spot interruption (or anyone's terminate) ends the instance under the cells.
+        Asked before each cell: a live unit's instance has its lease extended here."""
+        why = self._instance_gone(endpoint.name)
+        if why is None:
+            self._extend_lease(self._targets.get(endpoint.name, ""))
+        return why
+
+    def _extend_lease(self, target: str) -> None:
+        """Moves the instance's ``expires_at`` tag to ``ttl_hours`` from now once half of
+        the last lease is spent (and at each unit's launch): an instance's lifetime counts
+        from its own units' work, so the janitor never reaps one under a unit that is still
+        measuring, while a unit that hangs (asks nothing) still lets it expire."""
+        facts, lease = self.state.get(target), self._leases.get(target)
+        if not facts or lease is None:
+            return
+        ttl_h, extended_at = lease
+        if extended_at and time.monotonic() - extended_at < ttl_h * 3600 / 2:
+            return
+        expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=ttl_h)
+        ec2, _ = self._clients(facts)
+        try:
+            ec2.create_tags(Resources=[facts["instance_id"]], Tags=[
+                {"Key": "expires_at", "Value": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}])
+        except (ClientError, BotoCoreError) as exc:  # the old expiry stands; say so
+            log.warning("extending %s's expiry failed: %s", facts["instance_id"], exc)
+            return
+        self._leases[target] = (ttl_h, time.monotonic())
 
     def stop(self, endpoint: Endpoint) -> None:
         """The container is removed so the next variant has the GPU; the instance stays for
@@ -493,6 +603,99 @@ def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str,
 def _launch(ec2, spec: Ec2Provision, placement: Ec2Placement, *, token: str, run_id: str,
             dag_id: str, target: str) -> dict:
     """One ``run_instances`` call for ``placement``; its ``ClientError`` is the caller's."""
+    kwargs = _launch_args(spec, placement, token=token, run_id=run_id, dag_id=dag_id,
+                          target=target, root_device=_root_device(ec2, spec))
+    (instance,) = ec2.run_instances(**kwargs)["Instances"]
+    return instance
+
+
+# the error code of a DryRun EC2 would have carried out (a refused one names its reason)
+DRY_RUN_OK = "DryRunOperation"
+
+
+def _dry_run_problems(ec2, spec: Ec2Provision, target: str) -> list[str]:
+    """Each placement's launch asked with ``DryRun``: EC2 answers DryRunOperation where it
+    would launch, else why not (UnauthorizedOperation, InvalidAMIID.NotFound,
+    InvalidSubnetID.NotFound, an instance type the zone does not offer, ...)."""
+    problems = []
+    try:
+        root_device = _root_device(ec2, spec)
+    except ClientError as exc:
+        return [f"field provision.ami: {exc.response.get('Error', {}).get('Message', exc)}"]
+    for i, placement in enumerate(spec.placements()):
+        field = "provision" if i == 0 else f"provision.fallbacks[{i - 1}]"
+        kwargs = _launch_args(spec, placement, token=client_token("plan", target, 0, i),
+                              run_id="plan", dag_id="plan", target=target,
+                              root_device=root_device)
+        kwargs.pop("ClientToken")
+        try:
+            ec2.run_instances(DryRun=True, **kwargs)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            if error.get("Code") == DRY_RUN_OK:
+                continue
+            where = placement.subnet_id or "the default subnet"
+            problems.append(f"field {field}: EC2 would not launch {placement.instance_type} "
+                            f"({placement.market}) in {where}: {error.get('Code')}: "
+                            f"{error.get('Message')}")
+    return problems
+
+
+def _profile_problems(spec: Ec2Provision) -> list[str]:
+    """The instance profile exists and carries a role (without one the SSM agent has no
+    credentials and no variant can start)."""
+    if not spec.instance_profile:
+        return []
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+    name = spec.instance_profile.rsplit("/", 1)[-1]
+    iam = AwsBaseHook(aws_conn_id=spec.aws_conn_id, client_type="iam").get_conn()
+    try:
+        roles = iam.get_instance_profile(InstanceProfileName=name)["InstanceProfile"]["Roles"]
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code")
+        if code == "NoSuchEntity":
+            return [f"field provision.instance_profile: no instance profile {name!r} in the "
+                    "account"]
+        log.info("not checking instance profile %s: %s", name, code)
+        return []
+    if not roles:
+        return [f"field provision.instance_profile: {name!r} has no role: the SSM agent "
+                "gets no credentials (attach one with AmazonSSMManagedInstanceCore)"]
+    return []
+
+
+def _token_parameter_problems(ssm, spec: Ec2Provision) -> list[str]:
+    """The SSM parameter the instance reads HF_TOKEN from exists (its value is not read)."""
+    if not spec.hf_token_parameter:
+        return []
+    try:
+        found = ssm.describe_parameters(ParameterFilters=[
+            {"Key": "Name", "Option": "Equals", "Values": [spec.hf_token_parameter]}])
+    except ClientError as exc:
+        log.info("not checking parameter %s: %s", spec.hf_token_parameter,
+                 exc.response.get("Error", {}).get("Code"))
+        return []
+    if not found.get("Parameters"):
+        return [f"field provision.hf_token_parameter: no SSM parameter "
+                f"{spec.hf_token_parameter!r} in the region (the instance reads HF_TOKEN "
+                "from it: a gated model fails to load without it)"]
+    return []
+
+
+def _root_device(ec2, spec: Ec2Provision) -> str | None:
+    """The AMI's root device name, where the spec sizes the root volume (a mapping must name
+    the device the image boots from); None otherwise."""
+    if spec.root_volume_gb is None:
+        return None
+    (image,) = ec2.describe_images(ImageIds=[spec.ami])["Images"]
+    return image["RootDeviceName"]
+
+
+def _launch_args(spec: Ec2Provision, placement: Ec2Placement, *, token: str, run_id: str,
+                 dag_id: str, target: str, root_device: str | None = None) -> dict:
+    """``run_instances``' arguments for ``placement``: tags, metadata, market, profile, the
+    root volume (``root_device``: the AMI's, where the spec sizes it)."""
     expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=spec.ttl_hours)
     tags = [{"Key": PROJECT_TAG, "Value": PROJECT}, {"Key": "run_id", "Value": run_id},
             {"Key": "dag_id", "Value": dag_id or "-"}, {"Key": "target", "Value": target},
@@ -516,6 +719,10 @@ def _launch(ec2, spec: Ec2Provision, placement: Ec2Placement, *, token: str, run
         key = "LaunchTemplateId" if spec.launch_template.startswith("lt-") \
             else "LaunchTemplateName"
         kwargs["LaunchTemplate"] = {key: spec.launch_template}
+    if root_device is not None:
+        kwargs["BlockDeviceMappings"] = [{"DeviceName": root_device, "Ebs": {
+            "VolumeSize": spec.root_volume_gb, "VolumeType": spec.root_volume_type,
+            "DeleteOnTermination": True}}]
     if placement.subnet_id:
         kwargs["SubnetId"] = placement.subnet_id
     if spec.security_group_ids:
@@ -528,8 +735,7 @@ def _launch(ec2, spec: Ec2Provision, placement: Ec2Placement, *, token: str, run
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time",
                             "InstanceInterruptionBehavior": "terminate"}}
-    (instance,) = ec2.run_instances(**kwargs)["Instances"]
-    return instance
+    return kwargs
 
 
 def _wait_for_quota(ec2, spec: Ec2Provision, run_id: str) -> None:
@@ -582,15 +788,36 @@ def _ended_at(instance: dict) -> dt.datetime | None:
     return dt.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
 
 
-def _terminate_run(run_id: str, places: Iterable[tuple[str, str | None]]) -> list[str]:
+def _terminate_run(run_id: str, places: Iterable[tuple[str, str | None]],
+                   target: str | None = None) -> list[str]:
+    """Terminates the run's live instances (only ``target``'s, where given)."""
     gone: list[str] = []
     for conn_id, region in sorted(places, key=str):
         ec2, _ = _clients(conn_id, region)
-        found = _instances(ec2, [{"Name": f"tag:{PROJECT_TAG}", "Values": [PROJECT]},
-                                 {"Name": "tag:run_id", "Values": [run_id]},
-                                 {"Name": "instance-state-name", "Values": LIVE_STATES}])
-        gone += _terminate(ec2, [i["InstanceId"] for i in found])
+        filters = [{"Name": f"tag:{PROJECT_TAG}", "Values": [PROJECT]},
+                   {"Name": "tag:run_id", "Values": [run_id]},
+                   {"Name": "instance-state-name", "Values": LIVE_STATES}]
+        if target is not None:
+            filters.append({"Name": "tag:target", "Values": [target]})
+        gone += _terminate(ec2, [i["InstanceId"] for i in _instances(ec2, filters)])
     return gone
+
+
+def _failed_target(run_id: str, target: TargetSpec, exc: Exception) -> dict:
+    """A target whose instance could not be had: what it launched terminated (a failure to
+    terminate is the teardown's to find and raise), its error kept for its units."""
+    spec = _spec(target)
+    log.error("setup of %s for run %s failed: %s", target.name, run_id, exc, exc_info=exc)
+    try:
+        gone = _terminate_run(run_id, {(spec.aws_conn_id, spec.region)}, target=target.name)
+    except (ClientError, BotoCoreError):
+        log.exception("terminating %s's instance failed (the teardown tries again)",
+                      target.name)
+    else:
+        if gone:
+            log.warning("terminated %s of %s", gone, target.name)
+    return {"error": f"its setup failed: {exc}", "conn_id": spec.aws_conn_id,
+            "region": spec.region}
 
 
 def _known_places(settings: Settings) -> set[tuple[str, str | None]]:

@@ -71,7 +71,9 @@ class Provisioner(ABC):
     def acquire(cls, run_id: str, targets: list[TargetSpec], settings: Settings, *,
                 dag_id: str = "") -> dict:
         """Set up what the run's ``targets`` need; JSON-able state for ``attach``.
-        ``dag_id`` with ``run_id`` names the DAG run that holds what was set up."""
+        ``dag_id`` with ``run_id`` names the DAG run that holds what was set up. A target
+        that cannot be set up must not take the others down: keep its error in the state
+        and raise it from ``launch`` (its units' cells then say why)."""
 
     @classmethod
     @abstractmethod
@@ -84,6 +86,12 @@ class Provisioner(ABC):
         """Problems that make ``variant`` unrunnable this way (plan time, and again before
         launch); each names the field."""
         return adapter.check(variant, settings)
+
+    @classmethod
+    def check_target(cls, target: TargetSpec, settings: Settings) -> list[str]:
+        """Problems with where ``target`` would run, asked once per target at plan time
+        (credentials, the account's resources); each names the field."""
+        return []
 
     @abstractmethod
     def launch(self, name: str, target: TargetSpec, variant: VariantSpec,

@@ -2,6 +2,8 @@
 the instance, plan-time checks. (The AWS path itself runs against moto and stand-in hosts in
 tests/integration/test_ec2_provision.py.)"""
 
+import json
+
 import pytest
 import yaml
 from servebench.config import SpecError, load_sweep
@@ -104,10 +106,11 @@ def test_a_stack_without_a_container_or_a_missing_connection_is_a_plan_problem(t
     assert any("has no container launch" in p for p in problems), problems
     spec = load_sweep(_sweep(tmp_path, {**EC2, "aws_conn_id": "no_such_aws"}))
     target = spec.targets[0]
-    problems = Ec2Provisioner.check(target, target.variants[0], get_stack("vllm"),
-                                    get_settings())
-    assert problems == [("field provision.aws_conn_id: no Airflow connection 'no_such_aws' "
-                         "(the AWS credentials and region)")]
+    assert Ec2Provisioner.check(target, target.variants[0], get_stack("vllm"),
+                                get_settings()) == []
+    assert Ec2Provisioner.check_target(target, get_settings()) == [
+        "field provision.aws_conn_id: no Airflow connection 'no_such_aws' (the AWS credentials "
+        "and region)"]
 
 
 def test_the_adapters_own_checks_run_at_plan_for_an_ec2_target(tmp_path):
@@ -149,3 +152,87 @@ def test_a_fallback_that_would_be_priced_wrongly_is_a_spec_error(tmp_path, fallb
     with pytest.raises(SpecError, match=r"fallbacks\[0\]\.hardware"):
         load_sweep(_sweep(tmp_path, {**EC2, "hardware": "1x L40S", "fallbacks": [
             {"instance_type": "g6e.2xlarge"}]}))
+
+
+@pytest.fixture
+def account(monkeypatch):
+    """An AWS account in moto (in process) behind the ``aws_default`` connection."""
+    from moto import mock_aws
+
+    for key in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing-secret")
+    monkeypatch.setenv("AIRFLOW_CONN_AWS_DEFAULT", json.dumps({
+        "conn_type": "aws", "login": "testing", "password": "testing-secret",
+        "extra": {"region_name": "us-east-1"}}))
+    with mock_aws():
+        import boto3
+
+        yield boto3.client("iam", region_name="us-east-1"), \
+            boto3.client("ssm", region_name="us-east-1")
+
+
+def test_plan_asks_the_account_for_the_profile_and_the_token_parameter(tmp_path, account):
+    iam, ssm = account
+    spec = {**EC2, "instance_profile": "gpu-bench", "hf_token_parameter": "/bench/hf"}
+    target = load_sweep(_sweep(tmp_path, spec)).targets[0]
+    problems = Ec2Provisioner.check_target(target, get_settings())
+    # the DryRun refuses the missing profile too (moto: NoSuchEntity; EC2: InvalidParameterValue)
+    assert problems[0].startswith("field provision: EC2 would not launch g6e.xlarge")
+    assert problems[1:] == [
+        "field provision.instance_profile: no instance profile 'gpu-bench' in the account",
+        "field provision.hf_token_parameter: no SSM parameter '/bench/hf' in the region (the "
+        "instance reads HF_TOKEN from it: a gated model fails to load without it)"]
+    iam.create_instance_profile(InstanceProfileName="gpu-bench")
+    ssm.put_parameter(Name="/bench/hf", Value="hf_x", Type="SecureString")
+    assert "has no role" in Ec2Provisioner.check_target(target, get_settings())[0]
+    iam.create_role(RoleName="bench", AssumeRolePolicyDocument="{}")
+    iam.add_role_to_instance_profile(InstanceProfileName="gpu-bench", RoleName="bench")
+    assert Ec2Provisioner.check_target(target, get_settings()) == []
+
+
+def test_plan_dry_runs_every_placement_and_names_the_one_ec2_refuses(tmp_path):
+    import boto3
+    from botocore.stub import Stubber
+    from servebench.provision.ec2 import _dry_run_problems
+
+    spec = {**EC2, "fallbacks": [{"subnet_id": "subnet-0def"}, {"market": "spot"}]}
+    target = load_sweep(_sweep(tmp_path, spec)).targets[0]
+    ec2 = boto3.client("ec2", region_name="us-east-1", aws_access_key_id="x",
+                       aws_secret_access_key="y")
+    with Stubber(ec2) as stub:
+        stub.add_client_error("run_instances", "DryRunOperation", "Request would have "
+                              "succeeded, but DryRun flag is set.", 412)
+        stub.add_client_error("run_instances", "InvalidSubnetID.NotFound",
+                              "The subnet ID 'subnet-0def' does not exist", 400,
+                              expected_params=None)
+        stub.add_client_error("run_instances", "UnauthorizedOperation",
+                              "You are not authorized to perform this operation.", 403)
+        problems = _dry_run_problems(ec2, target.provision, target.name)
+    assert problems == [
+        "field provision.fallbacks[0]: EC2 would not launch g6e.xlarge (on-demand) in "
+        "subnet-0def: InvalidSubnetID.NotFound: The subnet ID 'subnet-0def' does not exist",
+        "field provision.fallbacks[1]: EC2 would not launch g6e.xlarge (spot) in the default "
+        "subnet: UnauthorizedOperation: You are not authorized to perform this operation."]
+
+
+def test_the_root_volume_is_sized_on_the_amis_root_device(tmp_path, account):
+    import boto3
+    from servebench.provision.ec2 import _launch
+
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    image = ec2.describe_images()["Images"][0]
+    spec = load_sweep(_sweep(tmp_path, {**EC2, "ami": image["ImageId"], "root_volume_gb": 300,
+                                        "root_volume_type": "gp3"})).targets[0].provision
+    assert Ec2Provisioner.check_target(load_sweep(_sweep(tmp_path, spec.model_dump()))
+                                       .targets[0], get_settings()) == []
+    instance = _launch(ec2, spec, spec.placements()[0], token="t", run_id="r", dag_id="d",
+                       target="gpu")
+    [root] = [m for m in instance["BlockDeviceMappings"]
+              if m["DeviceName"] == image["RootDeviceName"]]
+    [volume] = ec2.describe_volumes(VolumeIds=[root["Ebs"]["VolumeId"]])["Volumes"]
+    assert (volume["Size"], volume["VolumeType"]) == (300, "gp3")
+    with pytest.raises(SpecError, match="size the root volume in the template"):
+        load_sweep(_sweep(tmp_path, {"kind": "ec2", "instance_type": "g6e.xlarge",
+                                     "launch_template": "lt-0abc", "root_volume_gb": 300}))
