@@ -22,7 +22,10 @@ from servebench.defaults import DEFAULT_SWEEP, NIGHTLY_DAG_ID
     max_active_runs=1,  # two runs on the same hosts would measure each other
     tags=["servebench", "nightly", "benchmark"],
     default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
-    params={"sweep": Param(DEFAULT_SWEEP, type="string", description="sweep spec path")},
+    params={"sweep": Param(DEFAULT_SWEEP, type="string", description="sweep spec path"),
+            "nightly": Param(False, type="boolean",
+                             description="count this manual run as a night of the trends "
+                             "(e.g. a failed night run again); scheduled runs always are")},
     doc_md=__doc__,
 )
 def nightly_benchmark():
@@ -62,12 +65,17 @@ def nightly_benchmark():
 
     # all_done: a unit that crashed becomes failed cells with a reason, never a missing row
     @task(trigger_rule="all_done")
-    def publish(plan: dict, torn_down: dict | None, run_id=None, dag_run=None) -> dict:
+    def publish(plan: dict, torn_down: dict | None, run_id=None, dag_run=None,
+                params=None) -> dict:
         from servebench.pipeline import aggregate_and_publish
+        from servebench.trends.series import counts_as_night
 
         logical = get_current_context().get("logical_date") or dag_run.run_after
+        # an ad-hoc trigger is judged against the nights but never becomes one of them
         return aggregate_and_publish(plan, run_id, logical, dag_run.dag_id,
-                                     started_at=dag_run.start_date, torn_down=torn_down)
+                                     started_at=dag_run.start_date, torn_down=torn_down,
+                                     nightly=counts_as_night(dag_run.run_type,
+                                                             params["nightly"]))
 
     @task
     def detect(summary: dict) -> dict:

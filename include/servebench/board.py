@@ -75,7 +75,11 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN) -> str:
         report = f"<a href='report?run_id={escape(quote(r['run_id']), quote=True)}'>open</a>"
         out.append(
             f"<tr><td>{escape(fmt_text(r['run_date']))}</td><td>{escape(r['sweep_name'])}</td>"
-            f"<td>{escape(fmt_text(r['dag_id']))}</td><td><code>{escape(r['run_id'])}</code></td>"
+            f"<td>{escape(fmt_text(r['dag_id']))}"
+            # an ad-hoc trigger: judged against the nights, never one of them
+            + (" <span class='muted'>(ad hoc)</span>"
+               if r.get("nightly") == False else "")  # noqa: E712 (a numpy bool, or None)
+            + f"</td><td><code>{escape(r['run_id'])}</code></td>"
             + "".join(f"<td class='num'>{_num(r[k], 'd')}</td>"
                       for k in ("n_cells", "n_ok", "n_invalid", "n_failed"))
             + f"<td class='num'>{_num(r.get('paid_usd'), '.4f')}</td><td>{report}</td></tr>")

@@ -114,13 +114,15 @@ def bench_unit(plan: Plan | dict, unit: Unit | dict, provisioned: dict, run_id: 
 def aggregate_and_publish(plan: Plan | dict, run_id: str, logical_date: dt.datetime | None,
                           dag_id: str, started_at: dt.datetime | None = None,
                           settings: Settings | None = None, torn_down: dict | None = None,
-                          unit_failures: dict[str, str] | None = None) -> dict:
+                          unit_failures: dict[str, str] | None = None,
+                          nightly: bool = True) -> dict:
     """The publish task (``publish.publish_run``); ``torn_down`` is :func:`teardown_run`'s
-    answer (setup and teardown times)."""
+    answer (setup and teardown times); ``nightly``: whether the run is a night of its series
+    (``trends.series.counts_as_night`` of the DAG run)."""
     settings = settings or get_settings()
     return publish_run(open_store(settings), Plan.from_xcom(plan), run_id, dag_id=dag_id,
                        logical_date=logical_date, started_at=started_at, times=torn_down,
-                       unit_failures=unit_failures)
+                       unit_failures=unit_failures, nightly=nightly)
 
 
 def detect_regressions(summary: dict, settings: Settings | None = None) -> dict:

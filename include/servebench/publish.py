@@ -47,10 +47,11 @@ def keep_paid_hosts(store: ResultStore, plan: Plan, run_id: str, hosts: list[dic
 def publish_run(store: ResultStore, plan: Plan, run_id: str, *, dag_id: str,
                 logical_date: dt.datetime | None = None,
                 started_at: dt.datetime | None = None, times: dict | None = None,
-                unit_failures: dict[str, str] | None = None) -> dict:
+                unit_failures: dict[str, str] | None = None, nightly: bool = True) -> dict:
     """Collect every unit's rows, price, gate, check the contract and publish; the run's
     counts. ``times``: the setup and teardown seconds (``acquire_s``, ``teardown_s``);
-    ``unit_failures``: why a unit left no rows, where the caller knows (else ``NO_RESULTS``)."""
+    ``unit_failures``: why a unit left no rows, where the caller knows (else ``NO_RESULTS``);
+    ``nightly``: whether the run is a night of its series (``trends.series.counts_as_night``)."""
     spec = plan.spec
     scratch = store.read_scratch(run_id)
     tables: dict[str, list[pa.Table]] = {name: [] for name in UNIT_TABLES}
@@ -81,7 +82,8 @@ def publish_run(store: ResultStore, plan: Plan, run_id: str, *, dag_id: str,
     statuses = combined["cells"].column("status").to_pylist()
     combined["runs"] = rows_to_table("runs", [{
         "run_id": run_id, "run_date": plan.run_date, "logical_date": logical_date or now,
-        "dag_id": dag_id, "sweep_name": spec.name, "sweep_file": plan.sweep_file,
+        "dag_id": dag_id, "nightly": nightly, "sweep_name": spec.name,
+        "sweep_file": plan.sweep_file,
         "sweep_hash": plan.sweep_hash, "sampling_hash": plan.sampling_hash,
         "prompt_seed": plan.prompt_seed,
         "sampling_json": spec.sampling.model_dump_json(), "suite_git_sha": suite_git_sha(),

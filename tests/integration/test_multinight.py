@@ -65,7 +65,7 @@ def nights(tmp_path_factory, local_sweep):
         for night in range(NIGHTS):
             sweep = slowed if night >= SLOWED_FROM else plain
             run = dag.test(logical_date=DAY0 + dt.timedelta(days=night),
-                           run_conf={"sweep": sweep})
+                           run_conf={"sweep": sweep, "nightly": True})  # a night each
             assert run.state == "success", night
     finally:
         mp.undo()
@@ -119,3 +119,7 @@ def test_the_digest_of_that_morning_names_it_with_its_charts(nights):
     assert "--parallel 4 -> 1" in section
     charts = re.findall(r"\(\[chart\]\(([^)]+)\)\)", section)
     assert charts and all((digest.parent / c).read_bytes()[:4] == b"\x89PNG" for c in charts)
+
+
+def test_manual_runs_marked_nightly_are_the_nights(nights):
+    assert nights.read_table("runs").column("nightly").to_pylist() == [True] * NIGHTS

@@ -37,6 +37,8 @@ def test_dag_run_succeeds(published):
     dag_run, store, _ = published
     assert dag_run.state == "success"
     assert len(store.committed_run_ids()) == 1
+    # dag.test() is a manual run, not marked: judged, but never a night of the trends
+    assert store.read_table("runs").column("nightly").to_pylist() == [False]
 
 
 def test_every_cell_present_and_valid(published):

@@ -56,3 +56,22 @@ def test_the_app_serves_the_board_and_a_runs_report_to_a_reader(store):
 def test_without_an_airflow_session_it_serves_nothing(store):
     client, _ = _client(store)
     assert client.get("/").status_code == 401
+
+
+def test_an_ad_hoc_run_is_marked_as_one(tmp_path):
+    import datetime as dt
+
+    from servebench.results.schema import rows_to_table
+    from servebench.results.store import ResultStore
+
+    store, day = ResultStore(str(tmp_path)), dt.date(2026, 12, 1)
+    for run_id, nightly in (("scheduled__1", True), ("manual__try", False), ("old", None)):
+        store.publish(run_id, day, {
+            "runs": rows_to_table("runs", [dict(run_id=run_id, run_date=day, sweep_name="s",
+                                                dag_id="nightly_benchmark", nightly=nightly)]),
+            "cells": rows_to_table("cells", [dict(
+                run_id=run_id, run_date=day, cell_id="t/v/w/c1", target="t",
+                stack="llama_cpp", variant="v", workload="w", load_point="c1", status="ok")])})
+    rows = [r for r in render_board(store).splitlines() if "<code>" in r and "<tr>" in r]
+    marked = {r.split("<code>")[1].split("</code>")[0] for r in rows if "(ad hoc)" in r}
+    assert marked == {"manual__try"}

@@ -62,6 +62,9 @@ RUNS = pa.schema(
     + [
         _f("logical_date", _TS),
         _f("dag_id", _STR),
+        # a night of its DAG's series (trends.series.counts_as_night): false for an ad-hoc
+        # trigger, judged against the nights but never one of them; null (older runs) counts
+        _f("nightly", pa.bool_()),
         _f("sweep_name", _STR),
         _f("sweep_file", _STR),
         _f("sweep_hash", _STR),

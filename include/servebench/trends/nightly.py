@@ -161,7 +161,7 @@ def load_history(store: ResultStore, run_id: str) -> tuple[pd.DataFrame, pd.Data
     if this.empty:
         raise ValueError(f"run {run_id!r} is not committed")
     this = this.iloc[0]
-    runs = nightly_runs(all_runs, this["sweep_name"], this["dag_id"])
+    runs = nightly_runs(all_runs, this["sweep_name"], this["dag_id"], include=run_id)
     tonight = int(runs.loc[runs["run_id"] == run_id, "night"].iloc[0])
     runs = runs[runs["night"] <= tonight]  # a re-run of an old night sees only its past
     run_ids = runs["run_id"].tolist()

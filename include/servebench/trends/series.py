@@ -86,9 +86,28 @@ def series_id(row: dict | pd.Series, metric: str) -> str:
     return f"{where}/{metric}#{hashlib.sha256(hidden.encode()).hexdigest()[:8]}"
 
 
-def nightly_runs(runs: pd.DataFrame, sweep_name: str, dag_id: str | None = None) -> pd.DataFrame:
-    """The committed runs of one sweep (and DAG), oldest first, numbered as nights 0..n-1."""
+# the DAG run types that are nights of the series on their own: the schedule's, and a backfill
+# of nights the schedule missed; a manual trigger is one only where a person marks it
+NIGHT_RUN_TYPES = frozenset({"scheduled", "backfill"})
+
+
+def counts_as_night(run_type: object, marked_nightly: bool = False) -> bool:
+    """Whether a DAG run enters its sweep's nightly series (the ``runs.nightly`` column): a
+    scheduled or backfill run, or a manual one a person marked (the DAG's ``nightly`` param,
+    e.g. a failed night run again by hand). A developer's ad-hoc trigger is judged against the
+    nights but never becomes one."""
+    # the task SDK's DagRunType is a str enum without Airflow core's __str__: its value
+    return getattr(run_type, "value", run_type) in NIGHT_RUN_TYPES or bool(marked_nightly)
+
+
+def nightly_runs(runs: pd.DataFrame, sweep_name: str, dag_id: str | None = None,
+                 include: str | None = None) -> pd.DataFrame:
+    """The committed nights of one sweep (and DAG), oldest first, numbered 0..n-1: its runs
+    except the ad-hoc ones (``nightly`` false; null, from before the column, counts), and
+    the run ``include`` whatever it is (the run being judged)."""
     picked = runs[runs["sweep_name"] == sweep_name]
+    if "nightly" in picked.columns:
+        picked = picked[(picked["nightly"] != False) | (picked["run_id"] == include)]  # noqa: E712
     if dag_id is not None:
         picked = picked[picked["dag_id"] == dag_id]
     order = ["logical_date", "finished_at", "run_id"]
