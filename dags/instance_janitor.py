@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.sdk import dag, task
+from servebench.dag_callbacks import on_task_failure
 
 
 @dag(
@@ -20,7 +21,8 @@ from airflow.sdk import dag, task
     catchup=False,  # only the present matters: the next sweep finds everything anyway
     max_active_runs=1,
     tags=["servebench", "janitor", "cost"],
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
+    default_args={"retries": 2, "retry_delay": timedelta(minutes=5),
+                  "on_failure_callback": on_task_failure},  # a janitor that fails is heard
     doc_md=__doc__,
 )
 def instance_janitor():

@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, get_current_context, setup, task, teardown
+from servebench.dag_callbacks import on_task_failure
 from servebench.defaults import DEFAULT_SWEEP, NIGHTLY_DAG_ID
 
 
@@ -21,7 +22,9 @@ from servebench.defaults import DEFAULT_SWEEP, NIGHTLY_DAG_ID
     catchup=False,  # a missed night is not worth a backfill of GPU hours
     max_active_runs=1,  # two runs on the same hosts would measure each other
     tags=["servebench", "nightly", "benchmark"],
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
+    # a task that fails for good posts why (a broken night is never silent)
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=2),
+                  "on_failure_callback": on_task_failure},
     params={"sweep": Param(DEFAULT_SWEEP, type="string", description="sweep spec path"),
             "nightly": Param(False, type="boolean",
                              description="count this manual run as a night of the trends "
@@ -67,9 +70,12 @@ def nightly_benchmark():
     @task(trigger_rule="all_done")
     def publish(plan: dict, torn_down: dict | None, run_id=None, dag_run=None,
                 params=None) -> dict:
+        from airflow.sdk.exceptions import AirflowFailException
         from servebench.pipeline import aggregate_and_publish
         from servebench.trends.series import counts_as_night
 
+        if plan is None:  # a retry would not plan it either; the run stays failed
+            raise AirflowFailException("nothing was planned (the plan task failed)")
         logical = get_current_context().get("logical_date") or dag_run.run_after
         # an ad-hoc trigger is judged against the nights but never becomes one of them
         return aggregate_and_publish(plan, run_id, logical, dag_run.dag_id,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, setup, task, teardown
+from servebench.dag_callbacks import on_task_failure
 from servebench.defaults import DEFAULT_SWEEP, RELEASE_GATE_THRESHOLDS
 
 
@@ -22,7 +23,9 @@ from servebench.defaults import DEFAULT_SWEEP, RELEASE_GATE_THRESHOLDS
     catchup=False,
     max_active_runs=1,  # two gates on one host would measure each other
     tags=["servebench", "release", "manual"],
-    default_args={"retries": 1, "retry_delay": timedelta(minutes=2)},
+    # a task that fails for good is heard (a failing verdict was announced already)
+    default_args={"retries": 1, "retry_delay": timedelta(minutes=2),
+                  "on_failure_callback": on_task_failure},
     params={
         "sweep": Param(DEFAULT_SWEEP, type="string",
                        description="sweep whose sampling, workloads and golden sets apply"),

@@ -34,6 +34,8 @@ def test_house_rules(bag):
             assert task.retries >= 1 or (dag_id, task.task_id) in NO_RETRY, (
                 f"{dag_id}.{task.task_id} has retries={task.retries}"
             )
+            # a task that fails for good is heard (servebench.notify.failure)
+            assert task.on_failure_callback, f"{dag_id}.{task.task_id}: no failure callback"
 
 
 def test_nightly_shape(bag):
@@ -62,8 +64,10 @@ def test_janitor_shape(bag):
 @pytest.mark.parametrize("dag_file", sorted(p.name for p in DAGS.glob("*.py")))
 def test_dag_file_has_no_heavy_top_level_imports(dag_file):
     text = (DAGS / dag_file).read_text()
-    # servebench.defaults (names and defaults shown at parse time) imports nothing
-    top = text.split("@dag(")[0].replace("from servebench.defaults import", "")
+    # servebench.defaults (names and defaults shown at parse time) and servebench.dag_callbacks
+    # import nothing at top level
+    top = text.split("@dag(")[0].replace("from servebench.defaults import", "").replace(
+        "from servebench.dag_callbacks import", "")
     for heavy in ("servebench", "pandas", "pyarrow", "httpx", "boto3"):
         assert f"import {heavy}" not in top and f"from {heavy}" not in top
 
@@ -71,8 +75,12 @@ def test_dag_file_has_no_heavy_top_level_imports(dag_file):
 def test_the_defaults_the_dags_import_import_nothing():
     import ast
 
+    import servebench.dag_callbacks
     import servebench.defaults
 
     tree = ast.parse(open(servebench.defaults.__file__).read())
     imports = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
     assert not imports
+    tree = ast.parse(open(servebench.dag_callbacks.__file__).read())
+    top = [n.module for n in tree.body if isinstance(n, ast.ImportFrom)]
+    assert set(top) <= {"__future__", "collections.abc"}, top

@@ -149,3 +149,31 @@ def test_slack_failing_keeps_the_digest_file_and_the_run(slack_server, tmp_path,
     assert Path(where.split(" (Slack")[0]).read_text().startswith("# servebench digest")
     assert "posting the digest to Slack" in caplog.text and reason in caplog.text
     assert TOKEN not in caplog.text and TOKEN not in where
+
+
+def test_a_night_that_breaks_is_heard_with_its_task_and_error(slack_server, tmp_path,
+                                                             monkeypatch):
+    """The nightly DAG fails at its first task (a sweep that is not there): the failure is
+    posted through the digest's notifier and kept in the store, with the task, the error and
+    the run's link."""
+    from airflow.dag_processing.dagbag import DagBag
+    from servebench.settings import PROJECT_ROOT
+
+    url, calls, _ = slack_server
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
+    monkeypatch.setenv("SERVEBENCH_WORK_DIR", str(tmp_path / "runs"))
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("SERVEBENCH_SLACK_BASE_URL", url)
+    monkeypatch.setenv("SERVEBENCH_AIRFLOW_URL", "http://airflow.example:8080")
+    dag = DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags["nightly_benchmark"]
+    run = dag.test(run_conf={"sweep": str(tmp_path / "no-such-sweep.yaml")})
+    assert run.state == "failed"
+    posts = [json.dumps(c["body"]) for c in calls if c["path"].endswith("chat.postMessage")]
+    [heard] = posts  # once per run: the publish that had nothing to publish is not posted
+    assert "nightly_benchmark failed" in heard and "Task `plan`" in heard, heard
+    assert "no-such-sweep.yaml" in heard and TOKEN not in heard
+    assert "http://airflow.example:8080/dags/nightly_benchmark/runs/" in heard
+    kept = {p.name: p.read_text() for p in (tmp_path / "data" / "failures").rglob("*.md")}
+    assert set(kept) == {"plan.md", "publish.md"}  # both kept
+    assert "no-such-sweep.yaml" in kept["plan.md"]
+    assert "nothing was planned" in kept["publish.md"]

@@ -1,0 +1,83 @@
+"""A failed night is heard: a task of the nightly, the release gate or the janitor that fails
+for good (its retries spent) posts a short message -- which DAG, run and task, the error's
+first lines, the run's link in Airflow -- through the digest's notifier, and keeps it in the
+result store (``failures/<dag>--<run>/<task>.md``). A run is posted once, for its first failed
+task; what fails after it is kept beside it. Silence then means "all is well", never "the
+night broke before its digest".
+
+Wired as each DAG's ``on_failure_callback`` (task level, so it knows the task and its
+exception); Airflow runs it in the failed task's process after the last try.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+
+from servebench.connections import airflow_url, open_store
+from servebench.errors import ReleaseGateFailed
+from servebench.notify.digest import run_url
+from servebench.notify.notifier import Notifier, announce, notifier_for
+from servebench.results.store import encode_run_id
+from servebench.settings import Settings, get_settings
+
+log = logging.getLogger(__name__)
+
+ERROR_LINES = 6  # of the exception's message: enough to say why, short enough for Slack
+
+
+def failure_message(dag_id: str, run_id: str, task_id: str, try_number: int | None,
+                    error: BaseException | str | None, url: str | None) -> str:
+    """The Markdown of one failed task: what failed, why (the error's first lines), where."""
+    if isinstance(error, BaseException):
+        text = f"{type(error).__name__}: {error}"
+    else:
+        text = str(error) if error else "no exception given (killed, or timed out?)"
+    lines = text.strip().splitlines()
+    why = "\n".join(lines[:ERROR_LINES]) + (
+        f"\n... ({len(lines) - ERROR_LINES} more lines in the task log)"
+        if len(lines) > ERROR_LINES else "")
+    tries = f" after {try_number} tries" if try_number and try_number > 1 else ""
+    out = [f"# servebench: {dag_id} failed",
+           "",
+           f"Task `{task_id}` of run `{run_id}` failed{tries}:",
+           "",
+           "```",
+           why,
+           "```"]
+    if url:
+        out += ["", f"[The run in Airflow]({url})"]
+    return "\n".join(out) + "\n"
+
+
+def announce_failure(context: Mapping, settings: Settings | None = None,
+                     notifier: Notifier | None = None) -> str:
+    """The ``on_failure_callback``: the failed task's message kept in the store and posted;
+    where it went. Neither a store nor a notifier that fails raises (the task has failed
+    already; each is logged with its traceback)."""
+    error = context.get("exception")
+    if isinstance(error, ReleaseGateFailed):
+        return "not announced: the release gate's verdict was"  # a verdict, not a breakage
+    settings = settings or get_settings()
+    ti = context["ti"]
+    dag_id, task_id = ti.dag_id, ti.task_id
+    run_id = context.get("run_id") or ti.run_id
+    markdown = failure_message(dag_id, run_id, task_id, getattr(ti, "try_number", None),
+                               error, run_url(airflow_url(settings), dag_id, run_id))
+    folder = f"failures/{encode_run_id(dag_id)}--{encode_run_id(run_id)}"
+    try:
+        store = open_store(settings)
+        # a run is announced once, for its first failed task: what fails after it (a
+        # publish with nothing planned) is kept, not posted again
+        earlier = store.find(folder)
+        where = store.put_text(f"{folder}/{encode_run_id(task_id)}.md", markdown)
+    except OSError:
+        log.exception("keeping the failure of %s.%s in the store failed", dag_id, task_id)
+        earlier, where = [], "not kept (the store failed)"
+    if earlier:
+        where += f" (not posted: {len(earlier)} earlier failure(s) of this run were)"
+    else:
+        where += announce(notifier or notifier_for(settings), f"the failure of {dag_id}",
+                          markdown)
+    log.error("%s.%s of %s failed; said at %s", dag_id, task_id, run_id, where)
+    return where
