@@ -12,12 +12,12 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, get_current_context, setup, task, teardown
 from servebench.dag_callbacks import on_task_failure
-from servebench.defaults import DEFAULT_SWEEP, NIGHTLY_DAG_ID
+from servebench.defaults import DEFAULT_SWEEP, NIGHTLY_DAG_ID, NIGHTLY_SCHEDULE
 
 
 @dag(
     dag_id=NIGHTLY_DAG_ID,
-    schedule="0 2 * * *",  # 02:00 UTC: results and digest are ready before the team's morning
+    schedule=NIGHTLY_SCHEDULE,  # 02:00 UTC: results and digest ready before the morning
     start_date=datetime(2026, 1, 1),
     catchup=False,  # a missed night is not worth a backfill of GPU hours
     max_active_runs=1,  # two runs on the same hosts would measure each other

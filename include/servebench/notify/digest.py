@@ -301,18 +301,29 @@ def lever_table(rows: list[dict], markdown: bool = True) -> str:
     return _render(columns, rows, markdown=markdown)
 
 
+MISSING_SHOWN = 14  # missing nights named in the digest; past that, a count
+
+
 def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                   regressions: pd.DataFrame | None = None,
                   charts: dict[str, str] | None = None,
                   levers: list[dict] | None = None, airflow_url: str | None = None,
-                  reaped: list[dict] | None = None) -> str:
+                  reaped: list[dict] | None = None, missing: list | None = None) -> str:
     """Markdown digest of one run: header, what changed since the nights before (when the
     detect task ran), a table per target, then invalid/failed cells, then the instances the
     janitor had to terminate since the last digest (``reaped`` rows). ``charts`` maps a
     series_id or ``target:<name>`` to a PNG beside the digest; ``airflow_url`` (the UI's base
-    URL) links the run and each change's night."""
+    URL) links the run and each change's night; ``missing``: the scheduled nights since the
+    last one that have no committed run (``trends.series.missing_nights``)."""
     charts = charts or {}
     out = _header(run, cells, results_uri, airflow_url)
+    if missing:
+        shown = ", ".join(f"{t:%Y-%m-%d %H:%M}" for t in missing[:MISSING_SHOWN])
+        more = f" and {len(missing) - MISSING_SHOWN} more" if len(missing) > MISSING_SHOWN \
+            else ""
+        out.insert(2, f"**Missing nights: {shown}{more} (UTC)** -- scheduled, with no "
+                      "committed run: they broke before their digest, or never ran.")
+        out.insert(3, "")
     if regressions is not None:
         out += regression_lines(regressions, charts, airflow_url, run.get("dag_id"))
     records = cell_records(cells)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from servebench.defaults import NIGHTLY_DAG_ID, NIGHTLY_SCHEDULE
 from servebench.janitor import recently_reaped
 from servebench.levers import lever_rows
 from servebench.notify.charts import latency_throughput_chart, trend_chart
@@ -17,6 +18,7 @@ from servebench.notify.html import render_report, report_path
 from servebench.notify.notifier import Notifier, announce
 from servebench.results.store import ResultStore, encode_run_id
 from servebench.trends.nightly import MOVES, load_history
+from servebench.trends.series import missing_nights
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ class Night:
     files: list
     pngs: dict[str, bytes]
     levers: list[dict]
+    missing: list  # the scheduled nights since the last one that have no committed run
 
     @classmethod
     def load(cls, store: ResultStore, run_id: str) -> Night:
@@ -77,8 +80,10 @@ class Night:
         regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
         charts, files, pngs = _draw_charts(store, run_id, run_date, cells, regressions)
         requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
+        missing = (missing_nights(store.read_table("runs").to_pandas(), run, NIGHTLY_SCHEDULE)
+                   if run.get("dag_id") == NIGHTLY_DAG_ID else [])  # only it has a schedule
         return cls(run_id, run_date, cells, run, regressions, charts, files, pngs,
-                   lever_rows(cells, requests))
+                   lever_rows(cells, requests), missing)
 
     def put_report(self, store: ResultStore) -> str:
         """The HTML report, beside the results; where."""
@@ -93,7 +98,7 @@ class Night:
         the digest announced; where it went (a failed announcement said, not raised)."""
         markdown = render_digest(self.cells, self.run, store.uri, self.regressions,
                                  self.charts, self.levers, airflow_url=airflow_url,
-                                 reaped=recently_reaped(store))
+                                 reaped=recently_reaped(store), missing=self.missing)
         where = store.put_text(f"digests/date={self.run_date}/{encode_run_id(self.run_id)}.md",
                                markdown)
         log.info("report: %s", self.put_report(store))

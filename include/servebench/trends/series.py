@@ -9,6 +9,7 @@ golden set), with the golden-set size for binomial noise.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from dataclasses import dataclass
 
@@ -98,6 +99,33 @@ def counts_as_night(run_type: object, marked_nightly: bool = False) -> bool:
     nights but never becomes one."""
     # the task SDK's DagRunType is a str enum without Airflow core's __str__: its value
     return getattr(run_type, "value", run_type) in NIGHT_RUN_TYPES or bool(marked_nightly)
+
+
+def missing_nights(runs: pd.DataFrame, run: dict, schedule: str) -> list[dt.datetime]:
+    """The scheduled nights (``schedule``, a cron in UTC) since the last committed night of
+    ``run``'s sweep and DAG before ``run``, and before ``run``, that have no committed run of
+    their own: the nights that broke before their digest, or never started. None for an
+    ad-hoc run, or without an earlier night."""
+    from croniter import croniter
+
+    if run.get("nightly") is False or pd.isna(run.get("logical_date")):
+        return []
+    tonight = pd.Timestamp(run["logical_date"]).to_pydatetime()
+    nights = nightly_runs(runs, run["sweep_name"], run.get("dag_id"))
+    stamps = [pd.Timestamp(t).to_pydatetime() for t in nights["logical_date"].dropna()]
+    before = [t for t in stamps if t < tonight]
+    if not before:
+        return []
+    have = {t.replace(second=0, microsecond=0) for t in stamps}
+    ticks = croniter(schedule, max(before))
+    missing = []
+    while (tick := ticks.get_next(dt.datetime)) < tonight and len(missing) < MISSING_MAX:
+        if tick not in have:
+            missing.append(tick)
+    return missing
+
+
+MISSING_MAX = 400  # a year of nights: past that the digest says "and more"
 
 
 def nightly_runs(runs: pd.DataFrame, sweep_name: str, dag_id: str | None = None,

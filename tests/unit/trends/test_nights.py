@@ -1,6 +1,7 @@
-"""Ad-hoc runs are judged against the nights but never become one of them: a developer's
-manual trigger between two nights (``runs.nightly`` false) is not in the next night's series,
-and a scheduled, backfill or marked manual run is."""
+"""Which runs are nights, and which nights are missing. Ad-hoc runs are judged against the
+nights but never become one of them: a developer's manual trigger between two nights
+(``runs.nightly`` false) is not in the next night's series, and a scheduled, backfill or marked
+manual run is. A scheduled night with no committed run is named in the next digest."""
 
 import datetime as dt
 
@@ -65,3 +66,28 @@ def test_a_manual_trigger_between_two_nights_is_judged_but_never_a_night(tmp_pat
     assert "manual__try" not in set(runs["run_id"]) and len(runs) == 21
     assert "manual__try" not in set(series["run_id"])
     assert tonight["alerts"] == {}, tonight  # neither a regression nor a recovery
+
+
+def test_the_next_digest_names_the_scheduled_nights_without_a_run(tmp_path, monkeypatch):
+    from servebench.defaults import NIGHTLY_SCHEDULE
+    from servebench.pipeline import send_digest
+    from servebench.trends.series import missing_nights
+
+    root = tmp_path / "data"
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(root))
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    store, rng = ResultStore(str(root)), np.random.default_rng(6)
+    for night in (0, 1, 2, 5):  # nights 3 and 4 broke before publishing
+        day = DAY0 + dt.timedelta(days=night)
+        last = _publish(store, f"scheduled__{day}", day, 2, 1.0, rng, True)
+    _publish(store, "manual__try", DAY0 + dt.timedelta(days=5), 12, 1.0, rng, False)
+    runs = store.read_table("runs").to_pandas()
+    run = runs[runs["run_id"] == last["run_id"]].iloc[0].to_dict()
+    assert [t.date() for t in missing_nights(runs, run, NIGHTLY_SCHEDULE)] == [
+        DAY0 + dt.timedelta(days=3), DAY0 + dt.timedelta(days=4)]
+    adhoc = runs[runs["run_id"] == "manual__try"].iloc[0].to_dict()
+    assert missing_nights(runs, adhoc, NIGHTLY_SCHEDULE) == []  # an ad-hoc run misses nothing
+    digest = open(send_digest(last).split(" ")[0]).read()
+    assert "**Missing nights: 2026-09-04 02:00, 2026-09-05 02:00 (UTC)**" in digest, digest
+    first = {"run_id": f"scheduled__{DAY0}", "run_date": DAY0.isoformat()}
+    assert "Missing nights" not in open(send_digest(first).split(" ")[0]).read()
