@@ -104,8 +104,10 @@ def counts_as_night(run_type: object, marked_nightly: bool = False) -> bool:
 def missing_nights(runs: pd.DataFrame, run: dict, schedule: str) -> list[dt.datetime]:
     """The scheduled nights (``schedule``, a cron in UTC) since the last committed night of
     ``run``'s sweep and DAG before ``run``, and before ``run``, that have no committed run of
-    their own: the nights that broke before their digest, or never started. None for an
-    ad-hoc run, or without an earlier night."""
+    their own: the nights that broke before their digest, or never started. A night is had
+    when a committed night (``run`` included) falls in its schedule interval, from its fire
+    time to the next: a manual run marked nightly stands in for the night it ran in. None
+    for an ad-hoc run, or without an earlier night."""
     from croniter import croniter
 
     if run.get("nightly") is False or pd.isna(run.get("logical_date")):
@@ -116,12 +118,14 @@ def missing_nights(runs: pd.DataFrame, run: dict, schedule: str) -> list[dt.date
     before = [t for t in stamps if t < tonight]
     if not before:
         return []
-    have = {t.replace(second=0, microsecond=0) for t in stamps}
+    had = sorted({*stamps, tonight})
     ticks = croniter(schedule, max(before))
-    missing = []
-    while (tick := ticks.get_next(dt.datetime)) < tonight and len(missing) < MISSING_MAX:
-        if tick not in have:
+    missing, tick = [], ticks.get_next(dt.datetime)
+    while tick < tonight and len(missing) < MISSING_MAX:
+        following = ticks.get_next(dt.datetime)
+        if not any(tick <= t < following for t in had):
             missing.append(tick)
+        tick = following
     return missing
 
 

@@ -87,6 +87,10 @@ def test_the_next_digest_names_the_scheduled_nights_without_a_run(tmp_path, monk
         DAY0 + dt.timedelta(days=3), DAY0 + dt.timedelta(days=4)]
     adhoc = runs[runs["run_id"] == "manual__try"].iloc[0].to_dict()
     assert missing_nights(runs, adhoc, NIGHTLY_SCHEDULE) == []  # an ad-hoc run misses nothing
+    # manual runs marked nightly at midnight stand in for the night they ran in
+    marked = runs.assign(logical_date=runs["logical_date"] - dt.timedelta(hours=2))
+    night2 = marked[marked["run_id"] == f"scheduled__{DAY0 + dt.timedelta(days=2)}"]
+    assert missing_nights(marked, night2.iloc[0].to_dict(), NIGHTLY_SCHEDULE) == []
     digest = open(send_digest(last).split(" ")[0]).read()
     assert "**Missing nights: 2026-09-04 02:00, 2026-09-05 02:00 (UTC)**" in digest, digest
     first = {"run_id": f"scheduled__{DAY0}", "run_date": DAY0.isoformat()}
