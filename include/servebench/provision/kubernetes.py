@@ -263,16 +263,18 @@ class KubernetesProvisioner(Provisioner):
             pod = api.read_namespaced_pod(obj, namespace)
         except ApiException as exc:
             return f"pod {namespace}/{obj} is gone ({exc.status} {exc.reason})"
-        why = pod_end_reason(pod)
+        why, events = pod_end_reason(pod), None
         if why is None and starting is not None:
             waited_s, spec = starting
-            why = pod_start_blocker(pod, _events(api, namespace, obj) if _unscheduled(pod)
-                                    else [], waited_s=waited_s,
+            if _unscheduled(pod):  # the autoscaler's answer is in the events
+                events = _events(api, namespace, obj)
+            why = pod_start_blocker(pod, events or [], waited_s=waited_s,
                                     grace_s=spec.unschedulable_grace_s)
         if why is None:
             return None
-        warnings = [f"{e.reason}: {e.message}" for e in _events(api, namespace, obj)
-                    if e.type == "Warning"][-3:]
+        if events is None:
+            events = _events(api, namespace, obj)
+        warnings = [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"][-3:]
         return f"pod {namespace}/{obj} {why}" + (
             f"; events: {' | '.join(warnings)}" if warnings else "")
 
