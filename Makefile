@@ -29,7 +29,7 @@ export STACKS_VENV
 export SERVEBENCH_VLLM_VENV := $(VLLM_VENV)
 export VLLM_VENV
 
-.PHONY: run test proof airflow setup venv stacks vllm llama models airflow-db unit clean
+.PHONY: run test proof airflow setup venv stacks vllm llama models airflow-db unit clean bench-ec2
 run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
 	$(BIN)/servebench summary --latest --require-ok
@@ -43,6 +43,10 @@ PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.
 
 proof: setup airflow-db
 	$(PROOF)
+
+# what a night on several ec2 targets pays for, in the ec2 tests' moto + netns harness (root)
+bench-ec2: setup airflow-db
+	$(BIN)/python benchmarks/ec2_hosts.py $(ARGS)
 
 # the Airflow UI on http://127.0.0.1:8080 (Browse -> Benchmarks): a local tryout on this
 # project's SQLite home, every user an admin; docs/deployment.md for a

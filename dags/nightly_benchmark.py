@@ -1,7 +1,9 @@
 """Nightly benchmark of the serving stacks named in a sweep spec.
 
-plan -> provision (setup) -> bench every (target, variant) -> teardown (always)
--> publish Parquet -> detect regressions against the nights before -> digest. The logic lives
+plan -> provision (setup) -> bench each host's (target, variant) units -> teardown (always)
+-> publish Parquet -> detect regressions against the nights before -> digest. Hosts run side
+by side, each its units one at a time; a paid instance is launched when its host's first unit
+is due and terminated when its last ends. The logic lives
 in ``servebench.pipeline``; this file wires it.
 Trigger with ``{"sweep": "include/sweeps/<name>.yaml"}`` to run another sweep.
 """
@@ -12,7 +14,12 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, get_current_context, setup, task, teardown
 from servebench.dag_callbacks import on_task_failure
-from servebench.defaults import DEFAULT_SWEEP, NIGHTLY_DAG_ID, NIGHTLY_SCHEDULE
+from servebench.defaults import (
+    DEFAULT_SWEEP,
+    NIGHTLY_DAG_ID,
+    NIGHTLY_SCHEDULE,
+    PARALLEL_HOSTS,
+)
 
 
 @dag(
@@ -40,24 +47,30 @@ def nightly_benchmark():
         return plan_run(params["sweep"], run_date=logical.date())
 
     @task
-    def units(plan: dict) -> list[dict]:
-        return plan["units"]  # one mapped bench task per unit: a (target, variant)
+    def hosts(plan: dict) -> list[str]:
+        from servebench.plan import Plan
+
+        return Plan.from_xcom(plan).hosts()  # one mapped bench task per host
 
     # every task that holds an instance has a time limit: a hung call must not keep a GPU
     @setup
-    @task(execution_timeout=timedelta(hours=1, minutes=15))  # launch, or wait for a quota
+    @task(execution_timeout=timedelta(minutes=30))
     def provision(plan: dict, run_id=None, dag_run=None) -> dict:
         from servebench.pipeline import provision as provision_hosts
 
-        # each target's provision kind acquires (ec2: instances tagged with this DAG run)
+        # each provision kind sets up (a state folder); ec2 says only where its instances
+        # will be: each host's bench task launches its own when its first unit is due
         return provision_hosts(plan, run_id, dag_id=dag_run.dag_id)
 
-    # one variant at a time: cells on a shared host must not measure each other
-    @task(max_active_tis_per_dag=1, execution_timeout=timedelta(hours=2))
-    def bench(unit: dict, plan: dict, provisioned: dict, run_id=None) -> dict:
-        from servebench.pipeline import bench_unit
+    # a host's units one at a time (cells on one machine must not measure each other), hosts
+    # side by side; a hung unit lets its instance's lease lapse (the janitor ends it)
+    @task(max_active_tis_per_dag=PARALLEL_HOSTS, execution_timeout=timedelta(hours=12),
+          map_index_template="{{ host }}")
+    def bench(host: str, plan: dict, provisioned: dict, run_id=None, dag_run=None) -> dict:
+        from servebench.pipeline import bench_host
 
-        return bench_unit(plan, unit, provisioned, run_id)
+        get_current_context()["host"] = host  # the mapped task's name in the UI
+        return bench_host(plan, host, provisioned, run_id, dag_id=dag_run.dag_id)
 
     @teardown
     @task(execution_timeout=timedelta(minutes=30))
@@ -96,9 +109,9 @@ def nightly_benchmark():
         return send_digest(summary)
 
     planned = plan()
-    hosts = provision(planned)  # nothing is provisioned for a sweep that fails to plan
-    benched = bench.partial(plan=planned, provisioned=hosts).expand(unit=units(planned))
-    torn_down = teardown_hosts(hosts, planned)  # the argument links the teardown to its setup
+    held = provision(planned)  # nothing is provisioned for a sweep that fails to plan
+    benched = bench.partial(plan=planned, provisioned=held).expand(host=hosts(planned))
+    torn_down = teardown_hosts(held, planned)  # the argument links the teardown to its setup
     benched >> torn_down
     # after the teardown: the instances' billed time is final, and the cells are priced by it
     published = publish(planned, torn_down)

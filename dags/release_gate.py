@@ -52,17 +52,19 @@ def release_gate():
         return plan_gate(params, dag_run.run_after.date()).to_xcom()
 
     @setup
-    @task(execution_timeout=timedelta(hours=1, minutes=15))
+    @task(execution_timeout=timedelta(minutes=30))
     def provision(plan: dict, run_id=None, dag_run=None) -> dict:
         from servebench.pipeline import provision as provision_hosts
 
         return provision_hosts(plan, run_id, dag_id=dag_run.dag_id)
 
-    @task(retries=0, execution_timeout=timedelta(hours=4))  # a retry would mix hosts' drift
-    def measure(plan: dict, provisioned: dict, run_id=None) -> dict:
+    # the host's launch (an ec2 instance, or a quota's wait for one) and every repetition;
+    # no retry: a retry would mix hosts' drift
+    @task(retries=0, execution_timeout=timedelta(hours=5, minutes=15))
+    def measure(plan: dict, provisioned: dict, run_id=None, dag_run=None) -> dict:
         from servebench.release_gate import measure_gate
 
-        return measure_gate(plan, provisioned, run_id)
+        return measure_gate(plan, provisioned, run_id, dag_id=dag_run.dag_id)
 
     @teardown
     @task(execution_timeout=timedelta(minutes=30))

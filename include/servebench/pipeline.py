@@ -1,6 +1,6 @@
 """The steps of a nightly run, one function per DAG task; the DAG file only wires them.
 
-plan -> provision (setup) -> bench one unit per (target, variant) -> teardown (always)
+plan -> provision (setup) -> bench each host's units -> teardown (always)
 -> publish -> detect -> digest. Steps exchange small JSON (XCom: the plan as ``Plan.to_xcom``);
 bulky rows go through the result store's scratch area so any worker can pick them up. The
 work of each step lives in its own module (``plan``, ``bench``, ``publish``,
@@ -20,8 +20,9 @@ from servebench.defaults import CLI_DAG_ID
 from servebench.notify.night import Night
 from servebench.notify.notifier import Notifier, notifier_for
 from servebench.plan import Plan, Unit, make_plan
-from servebench.provision import get_provisioner, provision_kinds
-from servebench.publish import keep_paid_hosts, keep_unit_rows, publish_run
+from servebench.provision import Provisioner, get_provisioner, provision_kinds
+from servebench.provision.interface import host_session
+from servebench.publish import keep_paid_hosts, keep_unit_rows, publish_run, unit_failed_cells
 from servebench.settings import Settings, get_settings
 from servebench.trends.judge import judge_night
 
@@ -37,15 +38,23 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
 
 def provision(plan: Plan | dict, run_id: str, settings: Settings | None = None,
               dag_id: str = "") -> dict:
-    """The setup task: each provision kind the plan's targets use acquires what they need;
-    returns each kind's state for the bench and teardown tasks."""
+    """The setup task: each provision kind the plan's targets use acquires what they need
+    (a kind that pays by the machine only says where its hosts will be: each host's bench
+    task acquires its own, ``host_session``); returns each kind's state for the bench and
+    teardown tasks."""
     settings, plan = settings or get_settings(), Plan.from_xcom(plan)
     kinds: dict[str, list] = {}
     for target in plan.spec.targets:
         kinds.setdefault(target.provision_kind, []).append(target)
     state, t0 = {}, time.monotonic()
     for kind, targets in kinds.items():
-        state[kind] = get_provisioner(kind).acquire(run_id, targets, settings, dag_id=dag_id)
+        cls = get_provisioner(kind)
+        if cls.per_host:
+            state[kind] = cls.where(targets, settings)
+            log.info("%s hosts are acquired when their units are due: %s", kind,
+                     [t.name for t in targets])
+            continue
+        state[kind] = cls.acquire(run_id, targets, settings, dag_id=dag_id)
         log.info("provisioned %s for %s", kind, [t.name for t in targets])
     return {"run_id": run_id, "kinds": state, "acquire_s": time.monotonic() - t0}
 
@@ -89,32 +98,66 @@ def teardown_run(provisioned: dict | None, run_id: str, plan: Plan | dict | None
             "teardown_s": time.monotonic() - t0}
 
 
-def bench_unit(plan: Plan | dict, unit: Unit | dict, provisioned: dict, run_id: str,
-               settings: Settings | None = None,
+def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: str,
+               settings: Settings | None = None, *, dag_id: str = "",
+               on_unit: Callable[[Unit], None] | None = None,
+               on_unit_done: Callable[[Unit], None] | None = None,
                on_cell: Callable[[dict], None] | None = None) -> dict:
-    """The bench task: one unit, its rows kept as the unit's scratch. ``on_cell`` is told of
-    each cell as it is made (the CLI's progress bars)."""
+    """The bench task: every unit of ``host`` in turn, on the host's provisioner (a
+    ``per_host`` kind's machine acquired before the first and released after the last, in
+    every path). A unit that crashes keeps failed cells with its error and the next unit
+    runs; units a former try of the task kept are not run again. ``on_unit``/``on_unit_done``
+    /``on_cell`` see the units and cells go by (the CLI's progress bars)."""
     settings, plan = settings or get_settings(), Plan.from_xcom(plan)
-    unit_ = plan.unit(unit.unit_id if isinstance(unit, Unit) else unit["unit_id"])
-    target = plan.target_of(unit_)
-    kind = target.provision_kind
-    provisioner = get_provisioner(kind).attach(run_id, provisioned["kinds"].get(kind), settings)
-    result = VariantRunner(plan.spec, target, plan.variant_of(unit_), run_id=run_id,
-                           settings=settings, provisioner=provisioner, on_cell=on_cell,
-                           prompt_seed=plan.prompt_seed).run()
-    keep_unit_rows(open_store(settings), plan, unit_, run_id,
+    store = open_store(settings)
+    kept = store.scratch_units(run_id)
+    units = plan.units_on(host)
+    todo = [u for u in units if u.unit_id not in kept]
+    if len(todo) < len(units):
+        log.info("%s: %s kept by a former try", host,
+                 [u.unit_id for u in units if u.unit_id in kept])
+    summary: dict = {"host": host, "units": {}}
+    if not todo:
+        return summary
+    cls = get_provisioner(todo[0].provision)
+    targets = [plan.spec.target(name) for name in dict.fromkeys(u.target for u in todo)]
+    state = (provisioned or {}).get("kinds", {}).get(cls.kind)
+    with host_session(cls, run_id, state, targets, settings, dag_id=dag_id) as provisioner:
+        for unit in todo:
+            if on_unit:
+                on_unit(unit)
+            try:
+                summary["units"][unit.unit_id] = bench_unit(plan, unit, provisioner, run_id,
+                                                            settings, on_cell=on_cell)
+            except Exception as exc:  # noqa: BLE001 -- any crash: kept as the unit's reason
+                log.exception("unit %s failed", unit.unit_id)  # with its traceback
+                reason = f"the bench task failed: {type(exc).__name__}: {exc}"
+                keep_unit_rows(store, plan, unit, run_id,
+                               {"cells": unit_failed_cells(plan, unit, run_id, reason)})
+                summary["units"][unit.unit_id] = {"failed": reason}
+            if on_unit_done:
+                on_unit_done(unit)
+    return summary
+
+
+def bench_unit(plan: Plan, unit: Unit, provisioner: Provisioner, run_id: str,
+               settings: Settings, on_cell: Callable[[dict], None] | None = None) -> dict:
+    """One unit on its host's ``provisioner``, its rows kept as the unit's scratch."""
+    result = VariantRunner(plan.spec, plan.target_of(unit), plan.variant_of(unit),
+                           run_id=run_id, settings=settings, provisioner=provisioner,
+                           on_cell=on_cell, prompt_seed=plan.prompt_seed).run()
+    keep_unit_rows(open_store(settings), plan, unit, run_id,
                    {"cells": result.cells, "requests": result.requests, "evals": result.evals,
                     "units": [result.unit] if result.unit else []})
     statuses = [c["status"] for c in result.cells]
-    return {"unit_id": unit_.unit_id, "cells": len(statuses),
-            "ok": statuses.count("ok"), "invalid": statuses.count("invalid"),
-            "failed": statuses.count("failed"), "evals": len(result.evals)}
+    return {"cells": len(statuses), "ok": statuses.count("ok"),
+            "invalid": statuses.count("invalid"), "failed": statuses.count("failed"),
+            "evals": len(result.evals)}
 
 
 def aggregate_and_publish(plan: Plan | dict, run_id: str, logical_date: dt.datetime | None,
                           dag_id: str, started_at: dt.datetime | None = None,
                           settings: Settings | None = None, torn_down: dict | None = None,
-                          unit_failures: dict[str, str] | None = None,
                           nightly: bool = True) -> dict:
     """The publish task (``publish.publish_run``); ``torn_down`` is :func:`teardown_run`'s
     answer (setup and teardown times); ``nightly``: whether the run is a night of its series
@@ -122,7 +165,7 @@ def aggregate_and_publish(plan: Plan | dict, run_id: str, logical_date: dt.datet
     settings = settings or get_settings()
     return publish_run(open_store(settings), Plan.from_xcom(plan), run_id, dag_id=dag_id,
                        logical_date=logical_date, started_at=started_at, times=torn_down,
-                       unit_failures=unit_failures, nightly=nightly)
+                       nightly=nightly)
 
 
 def detect_regressions(summary: dict, settings: Settings | None = None) -> dict:
@@ -154,37 +197,30 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
               on_cell: Callable[[dict], None] | None = None,
               on_units_done: Callable[[], None] | None = None) -> dict:
     """The nightly DAG's steps in this process, in its order: plan (``SpecError`` before
-    anything is provisioned), provision, each unit (a crashed unit becomes failed cells with
-    its error), teardown in every path, publish, detect, digest. Its runs are a history of
-    their own (dag_id ``servebench-cli``), so ad-hoc runs never enter the nightly trends. The
-    hooks see the units go by (``on_units`` gets the plan before the first, ``on_units_done``
-    comes after the last, whatever happened). Returns the detect step's summary with
-    ``stopped`` (what the teardown found left) and ``digest`` (where it went)."""
+    anything is provisioned), provision, each host's units (a crashed unit becomes failed
+    cells with its error), teardown in every path, publish, detect, digest. Its runs are a
+    history of their own (dag_id ``servebench-cli``), so ad-hoc runs never enter the nightly
+    trends. The hooks see the units go by (``on_units`` gets the plan before the first,
+    ``on_units_done`` comes after the last, whatever happened). Returns the detect step's
+    summary with ``stopped`` (what the teardown found left) and ``digest`` (where it went)."""
     now = dt.datetime.now(dt.UTC)
     run_id = run_id or f"cli__{now.isoformat(timespec='seconds')}"
     plan = make_plan(sweep, run_date=now.date())
-    provisioned, failures = None, {}
+    provisioned = None
     try:
         provisioned = provision(plan, run_id, dag_id=CLI_DAG_ID)
         if on_units:
             on_units(plan)
         try:
-            for unit in plan.units:
-                if on_unit:
-                    on_unit(unit)
-                try:
-                    bench_unit(plan, unit, provisioned, run_id, on_cell=on_cell)
-                except Exception as exc:  # what the DAG's all_done publish does, with the cause
-                    log.exception("unit %s failed", unit.unit_id)  # the traceback
-                    failures[unit.unit_id] = f"the bench task failed: {type(exc).__name__}: {exc}"
-                if on_unit_done:
-                    on_unit_done(unit)
+            for host in plan.hosts():  # one after another: this process is every host's client
+                bench_host(plan, host, provisioned, run_id, dag_id=CLI_DAG_ID, on_unit=on_unit,
+                           on_unit_done=on_unit_done, on_cell=on_cell)
         finally:
             if on_units_done:
                 on_units_done()
     finally:
         torn_down = teardown_run(provisioned, run_id, plan)
     summary = aggregate_and_publish(plan, run_id, now, CLI_DAG_ID, started_at=now,
-                                    torn_down=torn_down, unit_failures=failures)
+                                    torn_down=torn_down)
     summary = detect_regressions(summary)
     return {**summary, "stopped": torn_down["stopped"], "digest": send_digest(summary)}

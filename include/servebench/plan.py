@@ -1,10 +1,12 @@
 """The plan: a sweep spec checked against everything it names and expanded into units.
 
-A **unit** is one (target, variant): one server launched, every cell of the sweep's workloads
-and load points measured on it, its golden sets run, the server stopped -- one mapped bench
-task of the DAG. The plan is made once, by the plan task, before anything is provisioned (a
-problem is a ``PlanError`` naming the file and the field); the tasks after it receive it as
-JSON (``Plan.to_xcom``) and read it back typed (``Plan.from_xcom``).
+A **unit** is one (target, variant): one server launched, every cell of the sweep's workloads and
+load points measured on it, its golden sets run, the server stopped. A **host** is the machine a
+unit runs on (``Provisioner.host_key``): a host's units run one after another in one mapped bench
+task of the DAG, and different hosts' tasks run side by side. The plan is made once, by the plan
+task, before anything is provisioned (a problem is a ``PlanError`` naming the file and the field);
+the tasks after it receive it as JSON (``Plan.to_xcom``) and read it back typed
+(``Plan.from_xcom``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class Unit(BaseModel):
     stack: str
     provision: str  # the target's provision kind
     unit_id: str
+    host: str  # the machine it runs on (``Provisioner.host_key``): one unit at a time there
 
 
 class Plan(BaseModel):
@@ -81,6 +84,13 @@ class Plan(BaseModel):
     def variant_of(self, unit: Unit) -> VariantSpec:
         return next(v for v in self.target_of(unit).variants if v.name == unit.variant)
 
+    def hosts(self) -> list[str]:
+        """The hosts the units run on, in the plan's order (one bench task each)."""
+        return list(dict.fromkeys(u.host for u in self.units))
+
+    def units_on(self, host: str) -> list[Unit]:
+        return [u for u in self.units if u.host == host]
+
     def provision_kinds(self) -> list[str]:
         return sorted({t.provision_kind for t in self.spec.targets})
 
@@ -108,10 +118,12 @@ def plan_spec(spec: SweepSpec, path: str, *, run_date: dt.date | None = None,
     if problems:
         raise PlanError(f"{path}: sweep cannot run:\n  " + "\n  ".join(problems))
     units = [Unit(target=t.name, variant=v.name, stack=t.stack, provision=t.provision_kind,
-                  unit_id=unit_id(t.name, v.name))
+                  unit_id=unit_id(t.name, v.name),
+                  host=get_provisioner(t.provision_kind).host_key(t))
              for t in spec.targets for v in t.variants]
     n_cells = len(units) * len(spec.workloads) * len(spec.load.points())
-    log.info("plan: %d units, %d cells from %s", len(units), n_cells, path)
+    log.info("plan: %d units on %d hosts, %d cells from %s", len(units),
+             len({u.host for u in units}), n_cells, path)
     for warning in warnings:
         log.warning("plan: %s", warning)
     return Plan(sweep_file=str(path), run_date=run_date or dt.datetime.now(dt.UTC).date(),

@@ -47,10 +47,9 @@ def keep_paid_hosts(store: ResultStore, plan: Plan, run_id: str, hosts: list[dic
 def publish_run(store: ResultStore, plan: Plan, run_id: str, *, dag_id: str,
                 logical_date: dt.datetime | None = None,
                 started_at: dt.datetime | None = None, times: dict | None = None,
-                unit_failures: dict[str, str] | None = None, nightly: bool = True) -> dict:
+                nightly: bool = True) -> dict:
     """Collect every unit's rows, price, gate, check the contract and publish; the run's
     counts. ``times``: the setup and teardown seconds (``acquire_s``, ``teardown_s``);
-    ``unit_failures``: why a unit left no rows, where the caller knows (else ``NO_RESULTS``);
     ``nightly``: whether the run is a night of its series (``trends.series.counts_as_night``)."""
     spec = plan.spec
     scratch = store.read_scratch(run_id)
@@ -58,9 +57,8 @@ def publish_run(store: ResultStore, plan: Plan, run_id: str, *, dag_id: str,
     for unit in plan.units:
         found = scratch.get(unit.unit_id, {})
         if "cells" not in found:
-            reason = (unit_failures or {}).get(unit.unit_id) or NO_RESULTS
-            found = {"cells": rows_to_table("cells", _missing_unit_cells(plan, unit, run_id,
-                                                                         reason))}
+            found = {"cells": rows_to_table("cells", unit_failed_cells(plan, unit, run_id,
+                                                                        NO_RESULTS))}
         for name, table in found.items():
             tables[name].append(table)
     combined = {name: pa.concat_tables(parts) if parts else rows_to_table(name, [])
@@ -115,7 +113,8 @@ def publish_run(store: ResultStore, plan: Plan, run_id: str, *, dag_id: str,
     }
 
 
-def _missing_unit_cells(plan: Plan, unit: Unit, run_id: str, reason: str) -> list[dict]:
+def unit_failed_cells(plan: Plan, unit: Unit, run_id: str, reason: str) -> list[dict]:
+    """Every cell of ``unit``, failed with ``reason`` (a unit that crashed or left nothing)."""
     target, variant = plan.target_of(unit), plan.variant_of(unit)
     return [failed_cell({"run_id": run_id, "run_date": plan.run_date,
                          **cell_identity(plan.spec, target, variant, w.name, p)}, reason)

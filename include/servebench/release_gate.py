@@ -144,19 +144,22 @@ def plan_gate(params: dict, run_date: dt.date, settings: Settings | None = None)
 
 
 def measure_gate(plan: Plan | dict, provisioned: dict, run_id: str,
-                 settings: Settings | None = None) -> dict:
+                 settings: Settings | None = None, dag_id: str = "") -> dict:
     """The measure task: the repetitions on the target's provisioner; the rows the verdict
     needs (JSON-able, for the task's XCom)."""
     from servebench.provision import get_provisioner
+    from servebench.provision.interface import host_session
 
     settings, plan = settings or get_settings(), Plan.from_xcom(plan)
     spec, params = plan.spec, ReleaseGateParams.model_validate(plan.gate)
-    kind = spec.targets[0].provision_kind
-    provisioner = get_provisioner(kind).attach(run_id, provisioned["kinds"].get(kind),
-                                               settings)
-    # every repetition's prompts from the plan's seed (workloads.prompt_key)
-    measured = run_repetitions(spec, params, run_id, provisioner, settings,
-                               prompt_seed=plan.prompt_seed)
+    target = spec.targets[0]
+    kind = target.provision_kind
+    # the one host both variants share (a per-host kind's machine, held for the repetitions)
+    with host_session(get_provisioner(kind), run_id, (provisioned or {}).get("kinds", {})
+                      .get(kind), [target], settings, dag_id=dag_id) as provisioner:
+        # every repetition's prompts from the plan's seed (workloads.prompt_key)
+        measured = run_repetitions(spec, params, run_id, provisioner, settings,
+                                   prompt_seed=plan.prompt_seed)
 
     def plain(value):
         return None if isinstance(value, float) and math.isnan(value) else value

@@ -10,6 +10,7 @@ Needs root for `ip netns` (CI and the dev machines run as root); skipped, saying
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -202,6 +203,47 @@ def test_variants_relaunch_the_container_in_place_reached_over_the_instance_addr
     assert set(cells["image"]) == {IMAGE}  # a tag: the shim, like a registry, has no digest
 
 
+def test_each_instance_is_paid_from_its_first_unit_to_its_last(aws, local_sweep):
+    """Two ec2 targets, two hosts: each bench task launches its target's instance when its
+    unit is due and terminates it when the unit is done -- none is held from setup to
+    teardown while another target's units run."""
+    ec2 = aws[0]
+    one = yaml.safe_load(Path(_sweep(aws, local_sweep, "two-hosts", variants=("f16",)))
+                         .read_text())
+    one["targets"].append({**one["targets"][0], "name": "adder-gpu-2"})
+    dag_run = _nightly()["nightly_benchmark"].test(
+        run_conf={"sweep": _write(aws, "two-hosts", one)})
+    assert dag_run.state == "success"
+    tis = {(ti.task_id, ti.map_index): ti for ti in dag_run.get_task_instances()}
+    bench = {ti.rendered_map_index: ti for (task, _), ti in tis.items() if task == "bench"}
+    assert set(bench) == {"ec2:adder-gpu", "ec2:adder-gpu-2"}  # one bench task per host
+    instances = _instances(ec2, run_id=dag_run.run_id)
+    assert len(instances) == 2 and {i["State"]["Name"] for i in instances} == {"terminated"}
+    slack = dt.timedelta(seconds=1)  # EC2's times are whole seconds
+    for instance in instances:
+        ti = bench[f"ec2:{_tags_of(instance)['target']}"]
+        ended = _ended(instance)
+        # launched by its host's bench task, and terminated by it, not by the teardown
+        assert ti.start_date - slack <= instance["LaunchTime"] <= ended <= ti.end_date + slack
+    from servebench.results.store import ResultStore
+
+    store = ResultStore(aws[4]["SERVEBENCH_RESULTS_URI"])
+    cells = store.read_table("cells", run_ids=[dag_run.run_id]).to_pylist()
+    assert [c["status"] for c in cells] == ["ok", "ok"], [c["reason"] for c in cells]
+    hosts = store.read_table("hosts", run_ids=[dag_run.run_id]).to_pylist()
+    assert sorted(h["target"] for h in hosts) == ["adder-gpu", "adder-gpu-2"]
+
+
+def _tags_of(instance: dict) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance["Tags"]}
+
+
+def _ended(instance: dict):
+    from servebench.provision.ec2 import _ended_at
+
+    return _ended_at(instance)
+
+
 def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
     from servebench.config import load_sweep
     from servebench.provision.ec2 import Ec2Provisioner, client_token
@@ -227,14 +269,19 @@ def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
 
 def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch):
     from servebench.bench import VariantRunner
+    from servebench.provision.ec2 import Ec2Provisioner
     from servebench.results.store import ResultStore
 
     ec2, _, _, _, env, _ = aws
 
     def broken(self, endpoint):
-        raise RuntimeError("injected: the bench task dies while measuring")
+        raise RuntimeError("injected: the unit dies while measuring")
+
+    def dies(self, targets):  # the task dies after its units, before it let the instance go
+        raise RuntimeError("injected: the bench task dies")
 
     monkeypatch.setattr(VariantRunner, "_run_on", broken)
+    monkeypatch.setattr(Ec2Provisioner, "release", dies)
     dag = _nightly()["nightly_benchmark"]
     dag.task_dict["bench"].retries = 0  # one failure is the case; a retry would only wait
     dag_run = dag.test(run_conf={"sweep": _sweep(aws, local_sweep, "bench-fails",
@@ -243,10 +290,11 @@ def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch
     assert states["bench"] == "failed" and states["teardown_hosts"] == "success", states
     [instance] = _instances(ec2, run_id=dag_run.run_id)
     assert instance["State"]["Name"] == "terminated"
-    # the unit's cells are failed rows with a reason, not missing ones
+    # the unit's cells are failed rows with its own reason, not missing ones
     cells = ResultStore(env["SERVEBENCH_RESULTS_URI"]).read_table(
         "cells", run_ids=[dag_run.run_id]).to_pandas()
     assert list(cells["status"]) == ["failed"]
+    assert "injected: the unit dies while measuring" in cells["reason"][0]
 
 
 def test_a_spot_interruption_fails_the_variant_with_the_instance_reason(aws, local_sweep):
@@ -529,19 +577,27 @@ def test_a_failing_terminate_fails_the_teardown_by_name_and_the_janitor_ends_it(
 KILLABLE = textwrap.dedent("""
     import sys, time
     from servebench import pipeline
+    from servebench.plan import Plan
     from servebench.provision import ec2
+    from servebench.provision.interface import host_session
+    from servebench.settings import get_settings
     stage, sweep, run_id = sys.argv[1:4]
     plan = pipeline.plan_run(sweep)
-    hosts = pipeline.provision(plan, run_id, dag_id="nightly_benchmark")
-    print("provisioned", flush=True)
-    if stage == "after-launch":
-        time.sleep(600)
+    held = pipeline.provision(plan, run_id, dag_id="nightly_benchmark")
+    targets = Plan.from_xcom(plan).spec.targets
+    if stage == "after-launch":  # the host's bench task, killed before its first unit
+        with host_session(ec2.Ec2Provisioner, run_id, held["kinds"]["ec2"], targets,
+                          get_settings(), dag_id="nightly_benchmark"):
+            print("provisioned", flush=True)
+            time.sleep(600)
     elif stage == "measuring":
-        pipeline.bench_unit(plan, plan["units"][0], hosts, run_id)
-    elif stage == "teardown":
+        pipeline.bench_host(plan, plan["units"][0]["host"], held, run_id,
+                            dag_id="nightly_benchmark")
+    elif stage == "teardown":  # a host task killed, then the teardown hung and killed too
+        ec2.Ec2Provisioner.acquire(run_id, targets, get_settings(), dag_id="nightly_benchmark")
         ec2._terminate_run = lambda *a: time.sleep(600)  # hangs in the terminate call
         print("tearing down", flush=True)
-        pipeline.teardown(hosts, run_id, plan=plan)
+        pipeline.teardown(held, run_id, plan=plan)
 """)
 
 

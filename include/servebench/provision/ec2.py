@@ -169,6 +169,18 @@ def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str
 @register_provisioner
 class Ec2Provisioner(Provisioner):
     kind = "ec2"
+    per_host = True  # an instance per target, paid from its first unit's launch to its last
+
+    @classmethod
+    def host_key(cls, target: TargetSpec) -> str:
+        return f"ec2:{target.name}"  # each target has an instance of its own
+
+    @classmethod
+    def where(cls, targets: list[TargetSpec], settings: Settings) -> dict:
+        """Each target's connection and region: where the teardown looks for what the hosts
+        launched."""
+        return {t.name: {"conn_id": _spec(t).aws_conn_id, "region": _spec(t).region}
+                for t in targets}
 
     def __init__(self, run_id: str, state: dict, settings: Settings):
         self.run_id = run_id
@@ -184,10 +196,12 @@ class Ec2Provisioner(Provisioner):
     @classmethod
     def acquire(cls, run_id, targets, settings, *, dag_id: str = "") -> dict:
         """One instance per target, launched (idempotently) and waited for until running
-        with status checks ok; {target: instance facts}. A target whose instance cannot be
-        had (no placement with capacity, the quota wait over, an API error, an instance that
-        never came up) has what it launched terminated and keeps only its ``error``: its
-        units fail with that reason, and the other targets' units run (the night goes on)."""
+        with status checks ok; {target: instance facts}. Called by each host's bench task
+        (``per_host``): an instance is paid from when its units are due. A target whose
+        instance cannot be had (no placement with capacity, the quota wait over, an API error,
+        an instance that never came up) has what it launched terminated and keeps only its
+        ``error``: its units fail with that reason, and the other targets' units run (the
+        night goes on)."""
         launched: dict[str, dict] = {}
         for target in targets:  # every launch first: the instances boot side by side
             try:
@@ -426,8 +440,8 @@ class Ec2Provisioner(Provisioner):
         if facts and "error" in facts:
             raise LaunchError(f"target {target!r} has no instance: {facts['error']}")
         if not facts or "address" not in facts:
-            raise LaunchError(f"target {target!r} has no instance in this run (the setup "
-                              "task did not provision it)")
+            raise LaunchError(f"target {target!r} has no instance in this run (its host "
+                              "was not acquired)")
         return facts
 
     def _instance_gone(self, name: str) -> str | None:
@@ -509,6 +523,20 @@ class Ec2Provisioner(Provisioner):
         return "unknown (ec2 container)"
 
     # -- teardown ---------------------------------------------------------------------------
+    def release(self, targets: list[TargetSpec]) -> list[str]:
+        """Terminates ``targets``' instances of this run, their units done (the next host's
+        instance does not wait for this one's idle hours)."""
+        gone = []
+        for target in targets:
+            spec = _spec(target)
+            try:
+                gone += _terminate_run(self.run_id, {(spec.aws_conn_id, spec.region)},
+                                       target=target.name)
+            except (ClientError, BotoCoreError) as exc:
+                raise TeardownError(f"terminating {target.name}'s instance failed: "
+                                    f"{exc}") from exc
+        return gone
+
     @classmethod
     def reap_orphans(cls, settings, run_is_live, now) -> list[Reaped]:
         try:

@@ -3,8 +3,14 @@
 The nightly DAG drives one provisioner per kind a sweep uses (``provision: {kind: ...}`` on
 each target), through this interface only:
 
-- ``acquire(run_id, targets, dag_id=)`` -- the setup task, once per run: whatever the run's targets
-  need (a state folder, instances); returns JSON-able state that the other tasks get back;
+- ``acquire(run_id, targets, dag_id=)`` -- whatever ``targets`` need (a state folder,
+  instances); returns JSON-able state that the other tasks get back. The setup task calls it
+  once per run, except for a kind that pays by the machine (``per_host``): there the setup
+  task records only ``where(targets)``, and each host's bench task acquires its own host when
+  its first unit is due and releases it (``release``) when its last has ended
+  (``host_session``);
+- ``host_key(target)`` -- the machine a target's units run on: units of one host run one at a
+  time (they would measure each other), units of different hosts run side by side;
 - ``attach(run_id, state)`` -- in a bench or teardown task (other processes, maybe other
   tries): the provisioner again, from that state (``None`` when setup itself failed);
 - ``check(target, variant, adapter)`` -- plan time: what makes a variant unrunnable this way,
@@ -29,14 +35,15 @@ import datetime as dt
 import logging
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 import httpx
 
 from servebench.endpoint import Endpoint
-from servebench.errors import LaunchError
+from servebench.errors import LaunchError, TeardownError
 
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
@@ -64,7 +71,27 @@ class Provisioner(ABC):
     """One way of getting servers for a run (see the module doc for the life cycle)."""
 
     kind: ClassVar[str]
+    # True: a paid machine per host, acquired when its first unit is due and released when
+    # its last ends (by the host's bench task), not held from setup to teardown
+    per_host: ClassVar[bool] = False
     settings: Settings
+
+    @classmethod
+    def host_key(cls, target: TargetSpec) -> str:
+        """The machine ``target``'s units run on (default: one for the kind, e.g. this
+        worker for ``local``); targets with the same key are benchmarked one unit at a time."""
+        return cls.kind
+
+    @classmethod
+    def where(cls, targets: list[TargetSpec], settings: Settings) -> dict:
+        """A ``per_host`` kind's setup state: what the teardown needs to find whatever the
+        hosts acquire (nothing is acquired here)."""
+        return {}
+
+    def release(self, targets: list[TargetSpec]) -> list[str]:
+        """A ``per_host`` kind: end the machine ``targets`` ran on, their last unit done (in
+        every path); what was ended. The teardown ends whatever this leaves."""
+        return []
 
     @classmethod
     @abstractmethod
@@ -145,6 +172,29 @@ class Provisioner(ABC):
         ``instance_type``, ``launched_at``, ``ended_at`` (None: still up). Empty where the
         provisioner holds no such machine (the units' own server time is what was paid)."""
         return []
+
+
+@contextmanager
+def host_session(cls: type[Provisioner], run_id: str, state: dict | None,
+                 targets: list[TargetSpec], settings: Settings, *,
+                 dag_id: str = "") -> Iterator[Provisioner]:
+    """The provisioner a host's units run on, for as long as they run: for a ``per_host``
+    kind its machine is acquired on entry and released on exit, whatever happened in
+    between (a release that fails is logged; the teardown ends it and says so)."""
+    if not cls.per_host:
+        yield cls.attach(run_id, state, settings)
+        return
+    acquired = cls.acquire(run_id, targets, settings, dag_id=dag_id)
+    provisioner = cls.attach(run_id, {**(state or {}), **acquired}, settings)
+    try:
+        yield provisioner
+    finally:
+        try:
+            released = provisioner.release(targets)
+        except TeardownError:  # the teardown task terminates by tag and raises if it cannot
+            log.exception("releasing %s's host failed", [t.name for t in targets])
+        else:
+            log.info("released %s's host: %s", [t.name for t in targets], released)
 
 
 def served_engine_version(adapter: StackAdapter, endpoint: Endpoint) -> str | None:

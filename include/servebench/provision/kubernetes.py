@@ -176,6 +176,11 @@ class KubernetesProvisioner(Provisioner):
         return self._apis[key]
 
     @classmethod
+    def host_key(cls, target: TargetSpec) -> str:
+        """A target's pods get GPUs of their own from the cluster: targets run side by side."""
+        return f"kubernetes:{target.name}"
+
+    @classmethod
     def acquire(cls, run_id, targets, settings, *, dag_id: str = "") -> dict:
         """Nothing is held between variants (the cluster schedules each pod); the state
         names where the run's objects live, for the teardown."""

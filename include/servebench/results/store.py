@@ -447,6 +447,16 @@ class ResultStore:
             out.setdefault(unit, {})[name] = conform(name, table)
         return out
 
+    def scratch_units(self, run_id: str, table_name: str = "cells") -> set[str]:
+        """The units that have kept ``table_name`` for a run in progress (listed, not read:
+        a retried bench task skips what its first try finished)."""
+        base = self._path(SCRATCH, encode_run_id(run_id))
+        if not self._exists(base):
+            return set()
+        infos = self._fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        return {unquote(i.path.rsplit("/", 2)[-2]) for i in infos
+                if i.type == pafs.FileType.File and i.base_name == f"{table_name}.parquet"}
+
     def drop_scratch(self, run_id: str) -> None:
         self._delete_dir(self._path(SCRATCH, encode_run_id(run_id)))
 
