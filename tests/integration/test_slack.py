@@ -177,3 +177,26 @@ def test_a_night_that_breaks_is_heard_with_its_task_and_error(slack_server, tmp_
     assert set(kept) == {"plan.md", "publish.md"}  # both kept
     assert "no-such-sweep.yaml" in kept["plan.md"]
     assert "nothing was planned" in kept["publish.md"]
+
+
+def test_a_night_late_past_its_deadline_is_heard_once(slack_server, tmp_path, monkeypatch):
+    """The hourly nightly_deadline DAG on a store with no night in it: the latest night past
+    its deadline is posted, with what Airflow says of the nightly's live runs (this shared
+    test database may hold some), and the next hour is quiet."""
+    from airflow.dag_processing.dagbag import DagBag
+    from servebench.settings import PROJECT_ROOT
+
+    url, calls, _ = slack_server
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("SERVEBENCH_SLACK_BASE_URL", url)
+    monkeypatch.setenv("SERVEBENCH_AIRFLOW_URL", "http://airflow.example:8080")
+    dag = DagBag(dag_folder=str(PROJECT_ROOT / "dags")).dags["nightly_deadline"]
+    assert dag.test().state == "success"
+    posts = [json.dumps(c["body"]) for c in calls if c["path"].endswith("chat.postMessage")]
+    [heard] = posts
+    assert "is late" in heard and "queued or running" in heard, heard
+    assert "http://airflow.example:8080/dags/nightly_benchmark" in heard and TOKEN not in heard
+    assert dag.test().state == "success"  # an hour later: said already
+    assert len([c for c in calls if c["path"].endswith("chat.postMessage")]) == 1
+    assert len(list((tmp_path / "data" / "failures").rglob("deadline.md"))) == 1

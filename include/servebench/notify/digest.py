@@ -164,6 +164,13 @@ def _cell_label(r: dict) -> str:
     return " / ".join(parts) + f" / c={fmt_int(r.get('concurrency'))}"
 
 
+def dag_url(airflow_url: str | None, dag_id: Any) -> str | None:
+    """The Airflow UI page of a DAG (its runs), when the Airflow base URL is known."""
+    if not airflow_url or is_missing(dag_id):
+        return None
+    return f"{airflow_url.rstrip('/')}/dags/{quote(str(dag_id), safe='')}"
+
+
 def run_url(airflow_url: str | None, dag_id: Any, run_id: Any) -> str | None:
     """The Airflow UI page of a DAG run, when the Airflow base URL is known."""
     if not airflow_url or is_missing(dag_id) or is_missing(run_id):

@@ -7,16 +7,24 @@ night broke before its digest".
 
 Wired as each DAG's ``on_failure_callback`` (task level, so it knows the task and its
 exception); Airflow runs it in the failed task's process after the last try.
+
+A night with no committed run by its deadline (``defaults.NIGHTLY_DEADLINE_HOURS`` after its
+scheduled time) is heard the same way, once (:func:`watch_deadline`, the hourly
+``nightly_deadline`` DAG): still running, never started or failed, the team hears it before
+the morning. (Airflow's own deadline alerts would only see runs that exist, and in Airflow 3.3
+a DAG with one cannot run under ``dag.test()``, which ``make run`` and the tests use.)
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from servebench.connections import airflow_url, open_store
+from servebench.defaults import NIGHTLY_DAG_ID, NIGHTLY_DEADLINE_HOURS, NIGHTLY_SCHEDULE
 from servebench.errors import ReleaseGateFailed
-from servebench.notify.digest import run_url
+from servebench.notify.digest import dag_url, run_url
 from servebench.notify.notifier import Notifier, announce, notifier_for
 from servebench.results.store import encode_run_id
 from servebench.settings import Settings, get_settings
@@ -48,6 +56,58 @@ def failure_message(dag_id: str, run_id: str, task_id: str, try_number: int | No
     if url:
         out += ["", f"[The run in Airflow]({url})"]
     return "\n".join(out) + "\n"
+
+
+def late_message(dag_id: str, night: dt.datetime, deadline: dt.datetime, live_runs: int,
+                 url: str | None) -> str:
+    """The Markdown of a night with no committed run by its deadline."""
+    state = (f"{live_runs} run(s) of it are still queued or running (a hung task, a slow "
+             "queue)" if live_runs else "no run of it is queued or running: it never "
+             "started (a paused DAG, a scheduler that was down) or it failed (see its failure "
+             "message)")
+    out = [f"# servebench: the night of {night:%Y-%m-%d %H:%M} UTC is late",
+           "",
+           f"`{dag_id}` has committed no run for the night scheduled at "
+           f"{night:%Y-%m-%d %H:%M} UTC by its deadline, {deadline:%Y-%m-%d %H:%M} UTC: "
+           f"{state}. Tonight's results and digest are not in."]
+    if url:
+        out += ["", f"[The DAG in Airflow]({url})"]
+    return "\n".join(out) + "\n"
+
+
+def watch_deadline(count_live_runs: Callable[[], int], settings: Settings | None = None,
+                   notifier: Notifier | None = None, now: dt.datetime | None = None,
+                   *, schedule: str = NIGHTLY_SCHEDULE, dag_id: str = NIGHTLY_DAG_ID,
+                   deadline_hours: float = NIGHTLY_DEADLINE_HOURS) -> str | None:
+    """The hourly deadline check (the ``nightly_deadline`` DAG): the latest scheduled night
+    whose deadline (``deadline_hours`` after its time) has passed is announced once -- kept at
+    ``failures/<dag>--night-<time>/deadline.md`` and posted -- when no committed night of
+    ``dag_id`` falls in its schedule interval. ``count_live_runs()``: how many runs of it are
+    queued or running (said in the message). Where it went, or None (nothing late, or said
+    already). A notifier that fails is logged; the night stays said (kept in the store)."""
+    from croniter import croniter
+
+    from servebench.trends.series import nightly_nights
+
+    settings, now = settings or get_settings(), now or dt.datetime.now(dt.UTC)
+    deadline_span = dt.timedelta(hours=deadline_hours)
+    night = croniter(schedule, now - deadline_span).get_prev(dt.datetime)
+    following = croniter(schedule, night).get_next(dt.datetime)
+    store = open_store(settings)
+    committed = nightly_nights(store.read_table("runs").to_pandas(), dag_id)
+    if any(night <= t < following for t in committed):
+        return None
+    folder = f"failures/{encode_run_id(dag_id)}--night-{encode_run_id(night.isoformat())}"
+    if store.find(folder):
+        return None  # said in an earlier hour
+    markdown = late_message(dag_id, night, night + deadline_span, count_live_runs(),
+                            dag_url(airflow_url(settings), dag_id))
+    where = store.put_text(f"{folder}/deadline.md", markdown)
+    where += announce(notifier or notifier_for(settings), f"the late night of {dag_id}",
+                      markdown)
+    log.error("the night of %s has no committed %s run by its deadline; said at %s", night,
+              dag_id, where)
+    return where
 
 
 def announce_failure(context: Mapping, settings: Settings | None = None,
