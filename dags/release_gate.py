@@ -4,13 +4,17 @@ The candidate variant (a new engine version, a quant, a flag) and its baseline r
 run on one host, in interleaved repetitions, and are decided on performance (per-metric
 thresholds against a confidence interval from the repetitions) and on quality (the golden
 set's three-way gate). The run fails on a regression; the verdict is kept beside the results
-and posted to Slack. The logic lives in ``servebench.release_gate``; this file wires it.
+(Markdown, and the ``gate_verdicts`` table) and posted to Slack. An inconclusive verdict needs
+a person: the run waits for their approval in Airflow's Required actions (rejecting fails it),
+so a run is green only when the candidate may ship. The logic lives in
+``servebench.release_gate``; this file wires it.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import Param, dag, setup, task, teardown
 from servebench.dag_callbacks import on_task_failure
 from servebench.defaults import DEFAULT_SWEEP, RELEASE_GATE_THRESHOLDS
@@ -74,7 +78,7 @@ def release_gate():
         return teardown(provisioned, run_id, plan=plan)
 
     @task(retries=0)  # the verdict fails the run: a retry would only repeat it
-    def verdict(plan: dict, measured: dict, run_id=None) -> str:
+    def verdict(plan: dict, measured: dict, run_id=None) -> dict:
         from servebench.plan import Plan
         from servebench.release_gate import ReleaseGateParams, conclude, decide
 
@@ -82,11 +86,23 @@ def release_gate():
         decision = decide(plan.spec, ReleaseGateParams.model_validate(plan.gate), measured)
         return conclude(decision, run_id)
 
+    @task.branch(retries=0)
+    def needs_a_person(concluded: dict) -> list[str]:
+        return ["person_decides"] if concluded["outcome"] == "needs_person" else []
+
+    # rejecting fails the run on purpose: here "Reject" means the candidate may not ship
+    person_decides = ApprovalOperator(
+        task_id="person_decides", retries=0, fail_on_reject=True,
+        subject="Release gate {{ params.target }}/{{ params.candidate }}: inconclusive, "
+                "may it ship?",
+        body="{{ ti.xcom_pull(task_ids='verdict')['verdict'] }}",
+        response_timeout=timedelta(days=3))  # unanswered: failed, not shipped
+
     planned = plan()
     hosts = provision(planned)
     measured = measure(planned, hosts)
     measured >> teardown_hosts(hosts, planned)
-    verdict(planned, measured)
+    needs_a_person(verdict(planned, measured)) >> person_decides
 
 
 release_gate()

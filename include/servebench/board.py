@@ -4,10 +4,11 @@ store the DAGs publish to.
 
 One page, newest first: the latest runs (cells ok / invalid / failed, what they paid, a link to
 each run's HTML report), what the last nights raised (regressions, improvements, newly failing
-cells, host changes, gate failures), the quality-gate verdicts of the latest run of each sweep
-and, per target, a trend chart of its variants over the last nights (output tok/s and TTFT
-p95, change nights marked). Every value from a run is escaped; the charts are inline PNGs, so
-the page works inside the UI's iframe and behind a proxy alike.
+cells, host changes, gate failures), the quality-gate verdicts of the latest run of each sweep,
+the release gates' verdicts of the last weeks (``gate_verdicts``) and, per target, a trend
+chart of its variants over the last nights (output tok/s and TTFT p95, change nights marked).
+Every value from a run is escaped; the charts are inline PNGs, so the page works inside the
+UI's iframe and behind a proxy alike.
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ RUNS_SHOWN = 15
 ALERT_NIGHTS = 7  # alerts raised by the runs of the last week
 TREND_METRICS = ("output_throughput", "ttft_ms_p95")
 GATE_FAILURES = ("gate_failure", "Quality gate failures")
+RELEASE_GATE_DAYS = 30  # release-gate verdicts of the last month
+OUTCOMES = {"ship": ("may ship", "improvement"), "blocked": ("blocked", "regression"),
+            "needs_person": ("needs a person", "host_change")}
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 16px 24px; color: #1f2933; }
@@ -65,7 +69,7 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN) -> str:
     runs = store.read_table("runs").to_pandas()
     if runs.empty:
         out.append("<p>No committed runs yet: trigger <code>nightly_benchmark</code>.</p>")
-        return "\n".join([*out, "</body></html>"])
+        return "\n".join([*out, *_release_gates(store), "</body></html>"])
     runs = runs.sort_values(["logical_date", "finished_at"], ascending=False)
 
     out.append("<h2>Latest runs</h2><table><tr><th>date</th><th>sweep</th><th>DAG</th>"
@@ -114,6 +118,8 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN) -> str:
         out.append("<ul>" + "".join(f"<li>{escape(line)}</li>" for line in lines) + "</ul>"
                    if lines else "<p class='muted'>no gated variants</p>")
 
+    out += _release_gates(store)
+
     out.append("<h2>Trends</h2>")
     for r in latest.to_dict("records"):
         _, _, series = load_history(store, r["run_id"])
@@ -127,6 +133,43 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN) -> str:
                 out += [_img(png, f"{target} trend") for png in pngs]
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _release_gates(store: ResultStore) -> list[str]:
+    """The release gates of the last ``RELEASE_GATE_DAYS``, newest first: candidate vs
+    baseline, what it means for the release, and every metric that did not pass."""
+    import datetime as dt
+
+    from servebench.notify.digest import fmt_text
+    from servebench.trends.series import metric_label
+
+    since = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=RELEASE_GATE_DAYS)
+    rows = store.read_log("gate_verdicts", since=since).to_pandas()
+    if rows.empty:
+        return []
+    out = [f"<h2>Release gates (last {RELEASE_GATE_DAYS} days)</h2><table><tr><th>decided</th>"
+           "<th>target</th><th>candidate vs baseline</th><th>outcome</th><th>not passed</th>"
+           "<th>run</th></tr>"]
+    for run_id, gate in sorted(rows.groupby("run_id"), key=lambda g: g[1]["decided_at"].max(),
+                               reverse=True):
+        first = gate.iloc[0]
+        word, css = OUTCOMES.get(first["outcome"], (first["outcome"], ""))
+        open_ = []
+        for r in gate[gate["verdict"] != "pass"].to_dict("records"):
+            where = (f"{r['workload']} {r['load_point']} " if r["metric"] != "quality" else "")
+            what = ("quality" if r["metric"] == "quality" else metric_label(r["metric"]))
+            mean = (f" {r['worse_mean']:+.1%} worse" if r["worse_mean"] is not None
+                    and r["worse_mean"] == r["worse_mean"] else "")
+            open_.append(f"{where}{what}: {r['verdict']}{mean}")
+        out.append(
+            f"<tr><td>{escape(fmt_text(first['decided_at']))}</td>"
+            f"<td>{escape(first['target'])}</td>"
+            f"<td>{escape(first['candidate'])} vs {escape(fmt_text(first['baseline']))}</td>"
+            f"<td class='{css}'><strong>{escape(word)}</strong></td>"
+            f"<td>{escape('; '.join(open_) or 'none')}</td>"
+            f"<td><code>{escape(run_id)}</code></td></tr>")
+    out.append("</table>")
+    return out
 
 
 def run_report(store: ResultStore, run_id: str) -> str | None:

@@ -15,13 +15,13 @@ repetition; the relative change ``w`` is signed so that positive is worse (``dir
 
 Quality is the three-way gate (``servebench.evals.gate``) on the golden set, answered by the
 same servers. The run fails on any fail; an inconclusive is "needs a person" unless the
-params say to fail on it.
+params say to fail on it: the DAG run then waits for a person's approval in the Airflow UI
+(Required actions) and is green only once they approve (a rejection fails it).
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import math
 import statistics
@@ -255,27 +255,59 @@ def render_verdict(decision: dict, run_id: str) -> str:
     return "\n".join(out) + "\n"
 
 
+def outcome(decision: dict) -> str:
+    """What the verdict means for the release: ``blocked`` (a fail, or an inconclusive this
+    gate fails on), ``needs_person`` (inconclusive), ``ship``."""
+    if decision["overall"] == "fail" or (decision["overall"] == "inconclusive"
+                                         and decision["on_inconclusive"] == "fail"):
+        return "blocked"
+    return "needs_person" if decision["overall"] == "inconclusive" else "ship"
+
+
+def verdict_rows(decision: dict, run_id: str, decided_at: dt.datetime) -> list[dict]:
+    """The ``gate_verdicts`` rows of a decision: one per (cell, metric), one for quality."""
+    common = {"run_id": run_id, "run_date": decided_at.date(), "decided_at": decided_at,
+              "target": decision["target"], "baseline": decision["baseline"],
+              "candidate": decision["candidate"], "repetitions": decision["repetitions"],
+              "overall": decision["overall"], "outcome": outcome(decision)}
+    rows = [{**common, **{k: r.get(k) for k in (
+        "workload", "load_point", "metric", "threshold", "pairs", "worse_mean", "worse_ci_low",
+        "worse_ci_high", "verdict", "reason")}} for r in decision["perf"]]
+    q = decision["quality"]
+    ratio = q.get("gate_relative")  # the candidate's accuracy / the baseline's
+    rows.append({**common, "metric": "quality",
+                 "verdict": q.get("gate_verdict") or "inconclusive",
+                 "reason": q.get("gate_reason"),
+                 # the accuracy lost, relative to the baseline's (positive = worse)
+                 "worse_mean": 1.0 - ratio if ratio is not None and not math.isnan(ratio)
+                 else None})
+    return rows
+
+
 def conclude(decision: dict, run_id: str, settings: Settings | None = None,
-             notifier: Notifier | None = None) -> str:
+             notifier: Notifier | None = None) -> dict:
     """Keeps the verdict beside the results and announces it (``notifier``, default: the
     deployment's; a notifier that fails is said, never fails the gate: ``notify.notifier``);
-    raises :class:`ReleaseGateFailed` when the candidate may not ship. Where it went."""
+    raises :class:`ReleaseGateFailed` when the candidate may not ship. Its ``outcome``
+    (``ship`` or ``needs_person``: the DAG then asks a person), where it went (``where``) and
+    the verdict's Markdown (``verdict``)."""
     from servebench.connections import open_store
     from servebench.notify.notifier import announce, notifier_for
+    from servebench.results.schema import rows_to_table
     from servebench.results.store import encode_run_id
 
     settings = settings or get_settings()
     markdown = render_verdict(decision, run_id)
     store = open_store(settings)
-    day = dt.datetime.now(dt.UTC).date().isoformat()
-    where = store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.md", markdown)
-    store.put_text(f"release_gates/date={day}/{encode_run_id(run_id)}.json",
-                   json.dumps(decision, indent=2, default=str))
+    now = dt.datetime.now(dt.UTC)
+    where = store.put_text(f"release_gates/date={now.date().isoformat()}/"
+                           f"{encode_run_id(run_id)}.md", markdown)
+    # the verdict as data: the Benchmarks view's "Release gates", anyone's query
+    store.append_log("gate_verdicts", now.date(), run_id,
+                     rows_to_table("gate_verdicts", verdict_rows(decision, run_id, now)))
     where += announce(notifier or notifier_for(settings), "the release gate's verdict", markdown)
     log.info("release gate verdict: %s (%s)", decision["overall"], where)
-    failing = decision["overall"] == "fail" or (
-        decision["overall"] == "inconclusive" and decision["on_inconclusive"] == "fail")
-    if failing:
+    if outcome(decision) == "blocked":
         raise ReleaseGateFailed(f"{decision['target']}/{decision['candidate']} "
                                 f"{decision['overall']}: see {where}\n{markdown}")
-    return where
+    return {"outcome": outcome(decision), "where": where, "verdict": markdown}

@@ -13,6 +13,8 @@ NO_RETRY = {
     ("release_gate", "plan"),  # nor bad params
     ("release_gate", "measure"),  # a retry would mix two hosts' drift into one comparison
     ("release_gate", "verdict"),  # the verdict fails the run on purpose
+    ("release_gate", "needs_a_person"),  # a branch on the verdict
+    ("release_gate", "person_decides"),  # a person's answer is not retried
 }
 
 
@@ -56,6 +58,20 @@ def test_nightly_shape(bag):
     # every task that holds an instance is time-limited: a hung call must not keep a GPU
     for held in ("provision", "bench", "teardown_hosts"):
         assert tasks[held].execution_timeout is not None, held
+
+
+def test_an_inconclusive_release_gate_waits_for_a_person(bag):
+    tasks = bag.dags["release_gate"].task_dict
+    person = tasks["person_decides"]
+    assert type(person).__name__ == "ApprovalOperator" and person.fail_on_reject
+    assert person.upstream_task_ids == {"needs_a_person"}
+    assert person.response_timeout is not None  # unanswered is failed, never shipped
+
+
+def test_a_late_night_is_watched_for_hourly(bag):
+    dag = bag.dags["nightly_deadline"]
+    assert dag.schedule == "47 * * * *" and dag.max_active_runs == 1
+    assert dag.task_dict["check"].execution_timeout is not None
 
 
 def test_janitor_shape(bag):

@@ -48,11 +48,26 @@ def test_the_harsh_quant_fails_the_run_with_a_readable_verdict(gates):
     assert text.startswith("# Release gate: adder-llamacpp/q2_k vs f16: **FAIL**")
     assert "- **quality**: fail" in text
     assert "2 interleaved repetitions" in text
+    rows = _rows(data, harsh)  # and as data, beside it
+    assert {r["outcome"] for r in rows} == {"blocked"}
+    assert next(r for r in rows if r["metric"] == "quality")["verdict"] == "fail"
+
+
+def _rows(data, dag_run) -> list[dict]:
+    from servebench.results.store import ResultStore
+
+    rows = ResultStore(str(data)).read_log("gate_verdicts").to_pylist()
+    return [r for r in rows if r["run_id"] == dag_run.run_id]
 
 
 def test_q8_0_passes(gates):
     _, fine, data = gates
     assert fine.state == "success"
+    states = {ti.task_id: ti.state for ti in fine.get_task_instances()}
+    assert states["person_decides"] == "skipped"  # a pass asks nobody
     text = _verdict(data, fine)
     assert "**PASS**" in text.splitlines()[0], text
     assert "| fixed-64x32 | c4 | TTFT p50 |" in text
+    rows = _rows(data, fine)
+    assert {r["outcome"] for r in rows} == {"ship"} and {r["verdict"] for r in rows} == {"pass"}
+    assert {"ttft_ms_p50", "output_throughput", "quality"} <= {r["metric"] for r in rows}

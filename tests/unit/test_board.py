@@ -75,3 +75,29 @@ def test_an_ad_hoc_run_is_marked_as_one(tmp_path):
     rows = [r for r in render_board(store).splitlines() if "<code>" in r and "<tr>" in r]
     marked = {r.split("<code>")[1].split("</code>")[0] for r in rows if "(ad hoc)" in r}
     assert marked == {"manual__try"}
+
+
+def test_release_gate_verdicts_are_listed_with_what_did_not_pass(tmp_path):
+    import datetime as dt
+
+    from servebench.release_gate import verdict_rows
+    from servebench.results.schema import rows_to_table
+    from servebench.results.store import ResultStore
+
+    store, now = ResultStore(str(tmp_path)), dt.datetime.now(dt.UTC)
+    perf = [{"workload": "fixed", "load_point": "c4", "metric": "ttft_ms_p95",
+             "threshold": 0.25, "pairs": 3, "worse_mean": 0.4, "worse_ci_low": 0.3,
+             "worse_ci_high": 0.5, "verdict": "fail"}]
+    for run_id, overall, at in (("gate-old", "pass", now - dt.timedelta(days=1)),
+                                ("gate-new", "fail", now)):
+        decision = {"target": "t", "candidate": "q4", "baseline": "f16", "repetitions": 3,
+                    "overall": overall, "on_inconclusive": "needs_person",
+                    "perf": [{**perf[0], "verdict": overall}],
+                    "quality": {"gate_verdict": "pass", "gate_relative": 1.0}}
+        store.append_log("gate_verdicts", at.date(), run_id,
+                         rows_to_table("gate_verdicts", verdict_rows(decision, run_id, at)))
+    page = render_board(store)  # no nightly run yet: the gates are shown all the same
+    assert "Release gates (last 30 days)" in page
+    new, old = (r for r in page.splitlines() if "<code>gate-" in r)
+    assert "gate-new" in new and "blocked" in new and "fixed c4 TTFT p95: fail +40.0% worse" in new
+    assert "gate-old" in old and "may ship" in old and "<td>none</td>" in old

@@ -1,8 +1,18 @@
 """The release gate's decision: interleaved repetitions, paired per repetition, a t-interval
 against each metric's threshold; quality from the three-way gate."""
 
+import datetime as dt
+
 import pytest
-from servebench.release_gate import ReleaseGateParams, decide, gate_spec, render_verdict
+from servebench.release_gate import (
+    ReleaseGateParams,
+    decide,
+    gate_spec,
+    outcome,
+    render_verdict,
+    verdict_rows,
+)
+from servebench.results.schema import rows_to_table
 
 
 def _params(**kw):
@@ -74,6 +84,23 @@ def test_noise_that_cannot_decide_is_inconclusive_and_needs_a_person(spec):
     strict = decide(spec, _params(on_inconclusive="fail"), _measured(
         [10, 10, 10], [9, 12.5, 10.5], [1000, 1000, 1000], [1000, 1000, 1000]))
     assert "FAIL (inconclusive" in render_verdict(strict, "r1")
+    assert outcome(got) == "needs_person" and outcome(strict) == "blocked"
+
+
+def test_the_verdict_is_a_table_row_per_cell_and_metric_and_one_for_quality(spec):
+    got = decide(spec, _params(), _measured([10, 10.5, 10.2], [13, 13.4, 13.1],
+                                            [1000, 990, 1010], [995, 985, 1000],
+                                            correct=(True, False)))
+    at = dt.datetime(2026, 12, 4, 9, tzinfo=dt.UTC)
+    rows = rows_to_table("gate_verdicts", verdict_rows(got, "gate-1", at)).to_pylist()
+    assert [(r["metric"], r["verdict"]) for r in rows] == [
+        ("ttft_ms_p95", "fail"), ("output_throughput", "pass"), ("quality", "fail")]
+    ttft, _, quality = rows
+    assert ttft["worse_ci_low"] > 0 and ttft["threshold"] == 0.10 and ttft["pairs"] == 3
+    assert ttft["workload"] == "fixed-64x32" and ttft["load_point"] == "c4"
+    assert quality["workload"] is None and quality["worse_mean"] == 1.0  # every answer lost
+    assert {(r["run_id"], r["candidate"], r["baseline"], r["outcome"]) for r in rows} == {
+        ("gate-1", "q8_0", "f16", "blocked")}
 
 
 def test_a_quality_drop_fails_whatever_the_speed(spec):

@@ -308,6 +308,31 @@ HOSTS = pa.schema(
     ]
 )
 
+# the release gate's verdicts, one row per (cell, metric) and one for quality (metric
+# ``quality``), kept as a log table (``release_gates/date=.../<run>.parquet``, in no run)
+GATE_VERDICTS = pa.schema(
+    _base()
+    + [
+        _f("decided_at", _TS),
+        _f("target", _STR),
+        _f("baseline", _STR),
+        _f("candidate", _STR),
+        _f("repetitions", _I32),
+        _f("workload", _STR),  # null on the quality row
+        _f("load_point", _STR),
+        _f("metric", _STR),  # a gated metric's column name, or "quality" (the golden set)
+        _f("threshold", _F64),  # the largest relative worsening allowed
+        _f("pairs", _I32),  # valid (baseline, candidate) repetition pairs
+        _f("worse_mean", _F64),  # mean relative change, positive = worse
+        _f("worse_ci_low", _F64),  # its 95% t-interval
+        _f("worse_ci_high", _F64),
+        _f("verdict", _STR),  # pass | fail | inconclusive
+        _f("reason", _STR),
+        _f("overall", _STR),  # the gate's: pass | fail | inconclusive
+        _f("outcome", _STR),  # ship | blocked | needs_person
+    ]
+)
+
 # Columns that must be present and non-null in every row.
 REQUIRED: dict[str, tuple[str, ...]] = {
     "runs": ("schema_version", "run_id", "run_date"),
@@ -320,6 +345,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "reaped": ("schema_version", "run_date", "reaped_at", "instance_id", "reason"),
     "units": ("schema_version", "run_id", "run_date", "unit_id", "target", "variant"),
     "hosts": ("schema_version", "run_id", "run_date", "host", "target"),
+    "gate_verdicts": ("schema_version", "run_id", "run_date", "target", "candidate", "metric",
+                      "verdict", "overall", "outcome"),
 }
 
 
@@ -334,7 +361,7 @@ TABLES: dict[str, pa.Schema] = {
     name: _finish(name, s)
     for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS,
                     "regressions": REGRESSIONS, "reaped": REAPED, "units": UNITS,
-                    "hosts": HOSTS}.items()
+                    "hosts": HOSTS, "gate_verdicts": GATE_VERDICTS}.items()
 }
 RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS, REAPED, UNITS, HOSTS = (
     TABLES[n] for n in ("runs", "cells", "requests", "evals", "regressions", "reaped", "units",

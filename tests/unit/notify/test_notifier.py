@@ -39,8 +39,9 @@ def _decision(overall: str) -> dict:
 
 def test_a_passing_gate_passes_when_slack_is_down(tmp_path):
     settings = Settings(results_uri=str(tmp_path))
-    where = conclude(_decision("pass"), "gate-1", settings, notifier=Recorder(fail=True))
-    assert where.endswith("(Slack #bench failed: channel_not_found)")
+    concluded = conclude(_decision("pass"), "gate-1", settings, notifier=Recorder(fail=True))
+    assert concluded["outcome"] == "ship"
+    assert concluded["where"].endswith("(Slack #bench failed: channel_not_found)")
     assert list(tmp_path.glob("release_gates/date=*/*.md"))  # the verdict is kept
 
 
