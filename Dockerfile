@@ -62,7 +62,11 @@ COPY --chown=airflow:root requirements.txt pyproject.toml /opt/servebench/
 COPY --chown=airflow:root include /opt/servebench/include
 RUN pip install --no-cache-dir -r /opt/servebench/requirements.txt \
  && pip install --no-cache-dir --no-deps -e /opt/servebench
+# the suite's commit, for the runs' provenance (the image has no .git):
+#   docker build --build-arg SUITE_GIT_SHA="$(git rev-parse HEAD)" .
+ARG SUITE_GIT_SHA=unknown
 ENV SERVEBENCH_PROJECT_ROOT=/opt/servebench \
+    SERVEBENCH_SUITE_GIT_SHA=${SUITE_GIT_SHA} \
     SERVEBENCH_LLAMA_BIN=/opt/llama/current/build/bin \
     SERVEBENCH_STACKS_VENV=/opt/servebench/.venv-stacks \
     SERVEBENCH_VLLM_VENV=/opt/servebench/.venv-vllm

@@ -438,8 +438,9 @@ class Ec2Provision(_Strict):
         600.0, gt=0, description="how long the instance's SSM agent may take to come online "
         "after the launch: past it the variant fails, naming the instance profile")
     max_instances: int | None = Field(
-        None, ge=1, description="project instances of this type that may run at once (your "
-        "GPU quota): a run waits for one to end, up to acquire_timeout_s")
+        None, ge=1, description="project instances of this target's instance types (its own "
+        "and its fallbacks') that may run at once, this run's other targets included (your "
+        "GPU quota): a launch waits for one to end, up to acquire_timeout_s")
     acquire_timeout_s: float = Field(3600.0, gt=0)
     fallbacks: list[Ec2Fallback] = Field(
         default_factory=list, description="placements tried in order when EC2 has no "

@@ -1,4 +1,5 @@
-"""Provenance stamped on every row: hardware, suite git sha, model file hashes."""
+"""Provenance stamped on every row: hardware, the serving host's GPUs, suite git sha, model
+file hashes."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ import hashlib
 import logging
 import os
 import platform
+import re
 import shutil
 import subprocess
+from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
@@ -88,8 +91,88 @@ def hardware() -> str:
     return f"{_cpu_model(cpuinfo)} x{os.cpu_count()} cores (no GPU); {isa}"
 
 
+# what a serving host's GPUs are, asked of nvidia-smi where they are (the worker for local
+# targets, the instance for ec2: ``provision.ec2.render_script`` runs the same query there)
+GPU_QUERY = "name,driver_version,clocks.max.sm,mig.mode.current"
+_CUDA = re.compile(r"CUDA Version:\s*([0-9.]+)")
+
+
+def cuda_version(nvidia_smi_header: str) -> str | None:
+    """The CUDA version nvidia-smi's table header names (the driver's, not a toolkit's)."""
+    found = _CUDA.search(nvidia_smi_header or "")
+    return found.group(1) if found else None
+
+
+def describe_gpus(rows: list[str], cuda: str | None = None) -> str | None:
+    """``1x NVIDIA L4 (driver 550.54.15, CUDA 12.4, max SM 2040 MHz, MIG Disabled)`` from
+    ``GPU_QUERY``'s CSV rows; identical GPUs counted, others joined with `` + ``; None
+    without a row (no GPU, no nvidia-smi)."""
+    parsed = [tuple(p.strip() for p in row.split(",")) for row in rows if row.strip()]
+    if not parsed:
+        return None
+    parts = []
+    for fields, count in Counter(parsed).items():
+        name, *rest = fields
+        facts = [f"{label} {value}" for label, value in zip(
+            ("driver", "max SM", "MIG"), rest) if value and value not in ("[N/A]", "N/A")]
+        if cuda:
+            facts.insert(1 if facts else 0, f"CUDA {cuda}")
+        parts.append(f"{count}x {name}" + (f" ({', '.join(facts)})" if facts else ""))
+    return " + ".join(parts)
+
+
+@lru_cache(maxsize=1)
+def local_gpus() -> str | None:
+    """This machine's GPUs (``describe_gpus``), or None where there are none."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    try:
+        rows = subprocess.run(["nvidia-smi", f"--query-gpu={GPU_QUERY}", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=20, check=True
+                              ).stdout.splitlines()
+        header = subprocess.run(["nvidia-smi"], capture_output=True, text=True, timeout=20,
+                                check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        log.warning("nvidia-smi failed; no GPU facts recorded", exc_info=True)
+        return None
+    return describe_gpus(rows, cuda_version(header))
+
+
+# GPU feature discovery's node labels (NVIDIA's gpu-operator / k8s-device-plugin)
+def gpus_from_node_labels(labels: dict[str, str]) -> str | None:
+    """A Kubernetes node's GPUs from its GPU feature discovery labels (``nvidia.com/
+    gpu.product``, ``gpu.count``, the CUDA driver and runtime versions, ``mig.strategy``);
+    None on a node without them."""
+    product = labels.get("nvidia.com/gpu.product")
+    if not product:
+        return None
+
+    def version(kind: str) -> str | None:
+        full = labels.get(f"nvidia.com/cuda.{kind}-version.full")
+        if full:
+            return full
+        parts = [labels.get(f"nvidia.com/cuda.{kind}.{p}") for p in ("major", "minor", "rev")]
+        return ".".join(p for p in parts if p) or None
+
+    facts = [f"driver {d}" for d in [version("driver")] if d]
+    facts += [f"CUDA {c}" for c in [version("runtime")] if c]
+    mig = labels.get("nvidia.com/mig.strategy")
+    if mig:
+        facts.append(f"MIG {mig}")
+    count = labels.get("nvidia.com/gpu.count", "?")
+    return f"{count}x {product}" + (f" ({', '.join(facts)})" if facts else "")
+
+
 @lru_cache(maxsize=1)
 def suite_git_sha() -> str:
+    """The suite's commit: the image's (``SERVEBENCH_SUITE_GIT_SHA``, from the build's
+    ``SUITE_GIT_SHA``: a container has no ``.git``), else this checkout's HEAD, else
+    ``unknown``."""
+    from servebench.settings import get_settings
+
+    baked = (get_settings().suite_git_sha or "").strip()
+    if baked and baked != "unknown":
+        return baked
     try:
         return subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True,

@@ -56,6 +56,8 @@ class Settings(BaseSettings):
         None, description="Airflow UI base URL for run links in the digest "
                           "(default: Airflow's [api] base_url; none, no links)")
     health_timeout_s: float = Field(300.0, gt=0)
+    suite_git_sha: str | None = Field(
+        None, description="the suite's commit where there is no .git (baked into the image)")
     annotations: str = Field(
         "include/trends/annotations.yaml",
         description="expected changes that reset trend baselines (servebench.trends)",

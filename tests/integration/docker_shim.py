@@ -1,8 +1,9 @@
 """The container runtime of a stand-in EC2 host (see ec2_hosts.py): the ``docker`` that the
 provisioner's SSM script calls, for a machine without a Docker engine.
 
-It understands the commands that script uses -- ``rm -f``, ``pull``, ``image inspect``,
-``run -d``, ``inspect --format`` (the container's state) and ``logs --tail`` -- and runs a
+It understands the commands that script uses -- ``rm -f``, ``pull``, ``image inspect``
+(the digest, or ``{{.Id}}``), ``images --quiet``, ``rmi``, ``run -d``, ``inspect --format``
+(the container's state) and ``logs --tail`` -- and runs a
 container as the image's entrypoint process on the host, under a supervisor that keeps its
 exit code as the Docker daemon does: the image maps to an executable
 (``DOCKER_SHIM_IMAGES``, JSON), ``-v`` mounts map container paths in the arguments back to
@@ -31,6 +32,23 @@ def _image_exe(image: str) -> str:
     if base not in IMAGES:
         sys.exit(f"docker shim: no such image {image!r} (known: {sorted(IMAGES)})")
     return IMAGES[base]
+
+
+def _pulled() -> dict[str, str]:
+    """Image id -> name of what this host has pulled (and not removed)."""
+    path = STATE / "images.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _image_id(image: str) -> str:
+    import hashlib
+
+    return "sha256:" + hashlib.sha256(image.encode()).hexdigest()
+
+
+def _keep_pulled(images: dict[str, str]) -> None:
+    STATE.mkdir(parents=True, exist_ok=True)
+    (STATE / "images.json").write_text(json.dumps(images))
 
 
 def rm(args: list[str]) -> int:
@@ -137,12 +155,28 @@ def main(argv: list[str]) -> int:
         return run(argv[1:])
     if argv[:1] == ["pull"]:
         _image_exe(argv[1])
+        _keep_pulled({**_pulled(), _image_id(argv[1]): argv[1]})
         print(f"{argv[1]}: pulled (shim)")
         return 0
     if argv[:2] == ["image", "inspect"]:
         image = argv[-1]
+        if "{{.Id}}" in argv:  # only what was pulled has an id, as in Docker
+            if _image_id(image) not in _pulled():
+                print(f"Error: No such image: {image}", file=sys.stderr)
+                return 1
+            print(_image_id(image))
+            return 0
         _image_exe(image)
         print(image if "@" in image else "")
+        return 0
+    if argv[:1] == ["images"] and "--quiet" in argv:
+        print("\n".join(_pulled()))
+        return 0
+    if argv[:1] == ["rmi"]:
+        kept = _pulled()
+        for image_id in (a for a in argv[1:] if not a.startswith("-")):
+            kept.pop(image_id, None)
+        _keep_pulled(kept)
         return 0
     if argv[:1] == ["logs"]:
         return logs(argv[1:])

@@ -32,6 +32,15 @@ GATEWAY = "10.213.0.1"
 VPC_CIDR = "10.213.0.0/16"
 SUBNET_CIDR = "10.213.0.0/24"
 SHIM = Path(__file__).with_name("docker_shim.py")
+# every stand-in instance's nvidia-smi: the GPU a g6.xlarge has (the worker has none, so the
+# cells' ``gpu`` can only have come from the instance)
+GPU_ROW = "NVIDIA L4, 550.54.15, 2040 MHz, Disabled"
+NVIDIA_SMI = f"""#!/bin/sh
+case "$1" in
+  --query-gpu=*) echo '{GPU_ROW}' ;;
+  *) echo '| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 |' ;;
+esac
+"""
 
 
 def ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -93,6 +102,9 @@ class StandInHosts:
         docker = self._bin / "docker"
         docker.write_text(f"#!/bin/sh\nexec {sys.executable} {SHIM} \"$@\"\n")
         docker.chmod(0o755)
+        smi = self._bin / "nvidia-smi"
+        smi.write_text(NVIDIA_SMI)
+        smi.chmod(0o755)
         ip("link", "del", BRIDGE, check=False)
         ip("link", "add", BRIDGE, "type", "bridge")
         ip("addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)

@@ -14,7 +14,9 @@ def test_a_sweep_runs_end_to_end_from_the_terminal(local_sweep, tmp_path, monkey
                          "variants": [{"name": "f16", "model": "build/models/adder-3m-f16.gguf",
                                        "quant": "f16", "max_num_seqs": 2,
                                        "max_model_len": 512, "threads": 1}]}],
-                       input_tokens=32, output_tokens=24, num_requests=8, concurrency=2,
+                       # long enough streams that a busy client still sees their tokens
+                       # arrive apart (timing_unresolved is the rule for when it does not)
+                       input_tokens=32, output_tokens=64, num_requests=8, concurrency=2,
                        name="terminal")
     sweep = tmp_path / "terminal.yaml"
     sweep.write_text(yaml.safe_dump(data))

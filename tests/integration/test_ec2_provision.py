@@ -153,6 +153,9 @@ def test_the_nightly_dag_runs_on_an_instance_and_terminates_it(aws, nightly_on_e
     assert all("/models/adder-3m-" in " ".join(a) and "--n-gpu-layers" in a for a in args)
     # what the served llama.cpp says it is, not the worker's binary
     assert all(v.startswith("b") for v in cells["engine_version"]), cells["engine_version"]
+    # the GPUs the instance's nvidia-smi reports (this worker has none)
+    assert set(cells["gpu"]) == {
+        "1x NVIDIA L4 (driver 550.54.15, CUDA 12.4, max SM 2040 MHz, MIG Disabled)"}
 
 
 def test_the_run_is_priced_by_the_instance_it_paid_for(aws, nightly_on_ec2):
@@ -242,6 +245,35 @@ def _ended(instance: dict):
     from servebench.provision.ec2 import _ended_at
 
     return _ended_at(instance)
+
+
+def test_a_variant_with_another_image_leaves_only_its_own_on_the_instance(aws, local_sweep):
+    """The launch script deletes the images of the variants before it (a root volume holds
+    one engine image, not one per variant) and keeps the one it is about to run."""
+    import json as json_
+
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.stacks import get_stack
+
+    _, hosts, *_ = aws
+    pinned = f"{IMAGE}@sha256:{'b' * 64}"  # another image of the same engine
+    data = yaml.safe_load(Path(_sweep(aws, local_sweep, "images")).read_text())
+    data["targets"][0]["variants"][1]["image"] = pinned
+    target = load_sweep(_write(aws, "images", data)).targets[0]
+    state = Ec2Provisioner.acquire("images-run", [target], get_settings(), dag_id="d")
+    prov = Ec2Provisioner.attach("images-run", state, get_settings())
+    host = hosts.hosts[state["adder-gpu"]["instance_id"]]
+    pulled = []
+    try:
+        for variant in (*target.variants, target.variants[0]):
+            endpoint = prov.launch(f"v-{len(pulled)}", target, variant, get_stack("llama_cpp"))
+            prov.stop(endpoint)
+            pulled.append(sorted(json_.loads((host.state_dir / "images.json").read_text())
+                                 .values()))
+    finally:
+        prov.teardown()
+    assert pulled == [[IMAGE], [pinned], [IMAGE]]
 
 
 def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
@@ -443,6 +475,13 @@ def test_a_full_instance_quota_waits_then_fails_before_launching(aws, local_swee
         Ec2Provisioner.attach("quota-run", state, get_settings())._facts("adder-gpu")
     Ec2Provisioner.attach("quota-holder", None, get_settings()).teardown()
     state = Ec2Provisioner.acquire("quota-run", spec.targets, get_settings(), dag_id="d")
+    # the run's other target counts too: hosts launch side by side, not all at setup
+    data = yaml.safe_load(Path(_sweep(aws, local_sweep, "quota", variants=("f16",),
+                                      max_instances=1, acquire_timeout_s=0.5)).read_text())
+    data["targets"].append({**data["targets"][0], "name": "adder-gpu-2"})
+    sibling = load_sweep(_write(aws, "quota-sibling", data)).targets[1]
+    refused = Ec2Provisioner.acquire("quota-run", [sibling], get_settings(), dag_id="d")
+    assert "no g6.xlarge free within max_instances=1" in refused["adder-gpu-2"]["error"]
     assert Ec2Provisioner.attach("quota-run", state, get_settings()).teardown() == [
         state["adder-gpu"]["instance_id"]]
 

@@ -76,7 +76,9 @@ def test_airflow_waits_for_its_database_broker_and_the_results_bucket(compose):
         if name != "airflow-init":
             assert deps["airflow-init"]["condition"] == "service_completed_successfully", name
         assert services[name]["image"] == "servebench-airflow:latest" and \
-            services[name]["build"] == "."
+            services[name]["build"]["context"] == "."
+        # the image records the suite's commit (ARG SUITE_GIT_SHA -> SERVEBENCH_SUITE_GIT_SHA)
+        assert "SUITE_GIT_SHA" in services[name]["build"]["args"]
     assert services["minio-init"]["depends_on"]["minio"]["condition"] == "service_healthy"
     # the worker registers with the API server it runs tasks through
     assert services["airflow-worker"]["depends_on"]["airflow-apiserver"]["condition"] == \
@@ -130,6 +132,7 @@ def test_every_servebench_setting_is_one_the_code_reads(compose, dockerfile, mon
     assert settings.results_uri == "s3://servebench/results"
     assert str(settings.project_root) == "/opt/servebench"
     assert str(settings.llama_bin) == "/opt/llama/current/build/bin"
+    assert dockerfile["env"]["SERVEBENCH_SUITE_GIT_SHA"] == "${SUITE_GIT_SHA}"
 
 
 def test_the_mounts_are_where_airflow_and_servebench_look(compose, dockerfile):

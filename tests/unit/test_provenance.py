@@ -38,3 +38,32 @@ def test_this_hosts_hardware_string_names_its_isa():
     text = hardware()
     assert "; isa " in text
     assert text.split("; isa ")[1] != ""
+
+
+def test_gpus_are_described_from_nvidia_smi_rows_and_from_a_nodes_labels():
+    from servebench.provenance import cuda_version, describe_gpus, gpus_from_node_labels
+
+    rows = ["NVIDIA H100 80GB HBM3, 550.90.07, 1980 MHz, Enabled"] * 2 + \
+        ["NVIDIA L4, 550.90.07, [N/A], [N/A]"]
+    assert describe_gpus(rows, cuda_version("| Driver Version: 550.90.07  CUDA Version: 12.4 |")) \
+        == ("2x NVIDIA H100 80GB HBM3 (driver 550.90.07, CUDA 12.4, max SM 1980 MHz, "
+            "MIG Enabled) + 1x NVIDIA L4 (driver 550.90.07, CUDA 12.4)")
+    assert describe_gpus([], None) is None and cuda_version("no GPU") is None
+    labels = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu.count": "8",
+              "nvidia.com/cuda.driver.major": "535", "nvidia.com/cuda.driver.minor": "104",
+              "nvidia.com/cuda.driver.rev": "05", "nvidia.com/cuda.runtime-version.full": "12.2",
+              "nvidia.com/mig.strategy": "single"}
+    assert gpus_from_node_labels(labels) == \
+        "8x NVIDIA-A100-SXM4-80GB (driver 535.104.05, CUDA 12.2, MIG single)"
+    assert gpus_from_node_labels({"kubernetes.io/os": "linux"}) is None
+
+
+def test_the_suite_sha_baked_into_an_image_wins(monkeypatch):
+    from servebench.provenance import suite_git_sha
+
+    monkeypatch.setenv("SERVEBENCH_SUITE_GIT_SHA", "0123abc")
+    suite_git_sha.cache_clear()
+    try:
+        assert suite_git_sha() == "0123abc"
+    finally:
+        suite_git_sha.cache_clear()

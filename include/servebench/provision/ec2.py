@@ -34,6 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 from servebench.config import Ec2Placement, Ec2Provision
 from servebench.endpoint import Endpoint
 from servebench.errors import TeardownError
+from servebench.provenance import GPU_QUERY, describe_gpus
 from servebench.provision.interface import (
     LaunchError,
     Provisioner,
@@ -55,6 +56,8 @@ PROJECT_TAG, PROJECT = "project", "servebench"  # the tag every instance of ours
 CONTAINER = "servebench-server"
 LIVE_STATES = ["pending", "running", "stopping", "stopped"]
 DIGEST_MARK = "servebench-image-digest:"  # the line the launch script prints
+GPU_MARK = "servebench-gpus:"  # the instance's nvidia-smi rows (GPU_QUERY), ';'-joined
+CUDA_MARK = "servebench-cuda:"  # the CUDA version its driver reports
 SSM_POLL_S = 2.0
 CONTAINER_CHECK_S = 10.0  # how often a launch asks the instance whether its container lives
 # the container's state, and its log tail where it has ended (what the launch's reason quotes)
@@ -125,12 +128,19 @@ def _instances(ec2, filters: list[dict]) -> list[dict]:
 
 def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str) -> list[str]:
     """The shell lines SSM runs on the instance: the previous variant's container removed,
-    the image pulled (its digest printed for provenance), the new container started.
+    every image but this variant's deleted (a target's variants may each bring an engine
+    image of 10-20 GB: the root volume holds one, not all), the image pulled (its digest
+    and the instance's GPUs printed for provenance), the new container started.
     Volumes under the worker's hub cache (``hub_cache``) map to the instance's
     ``model_cache``; any other host path is a path on the instance."""
     q = shlex.quote
+    keep = f"docker image inspect --format '{{{{.Id}}}}' {q(launch.image)} 2>/dev/null || true"
     lines = ["set -eu",
              f"docker rm -f {CONTAINER} >/dev/null 2>&1 || true",
+             # the previous variants' images go; this one's stays (no second pull of it)
+             f'keep="$({keep})"',
+             'docker images --quiet --no-trunc | sort -u | { grep -vxF "${keep:-none}" '
+             "|| true; } | xargs -r docker rmi --force >/dev/null 2>&1 || true",
              f"mkdir -p {q(spec.model_cache)}"]
     args = ["docker", "run", "-d", "--name", CONTAINER, "--restart", "no"]
     if launch.gpus:
@@ -161,7 +171,13 @@ def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str
     args += [launch.image, *(launch.entrypoint or [])[1:], *launch.command]
     digest = ("docker image inspect --format '{{index .RepoDigests 0}}' "
               f"{q(launch.image)} 2>/dev/null || true")
+    gpus = (f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>/dev/null "
+            "| paste -sd ';' - || true")
+    cuda = ("nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/\\1/p' "
+            "| head -n 1 || true")
     lines += [f"docker pull {q(launch.image)}", f'echo {DIGEST_MARK} "$({digest})"',
+              # the instance's own GPUs, for the cells' provenance (not the worker's)
+              f'echo {GPU_MARK} "$({gpus})"', f'echo {CUDA_MARK} "$({cuda})"',
               shlex.join(args)]
     return lines
 
@@ -187,6 +203,7 @@ class Ec2Provisioner(Provisioner):
         self.state = state  # target name -> {"instance_id", "address", "conn_id", "region"}
         self.settings = settings
         self._digests: dict[str, str] = {}  # endpoint name -> repo@sha256 pulled
+        self._gpus: dict[str, str | None] = {}  # endpoint name -> the instance's GPUs
         self._images: dict[str, str] = {}  # endpoint name -> image asked for
         self._targets: dict[str, str] = {}  # endpoint name -> target name
         self._client_cache: dict[tuple, tuple] = {}
@@ -314,9 +331,12 @@ class Ec2Provisioner(Provisioner):
         except LaunchError as exc:
             exc.argv = launch.argv
             raise
-        for line in output.splitlines():
-            if line.startswith(DIGEST_MARK) and line[len(DIGEST_MARK):].strip():
-                self._digests[name] = line[len(DIGEST_MARK):].strip()
+        marked = {mark: line[len(mark):].strip() for line in output.splitlines()
+                  for mark in (DIGEST_MARK, GPU_MARK, CUDA_MARK) if line.startswith(mark)}
+        if marked.get(DIGEST_MARK):
+            self._digests[name] = marked[DIGEST_MARK]
+        self._gpus[name] = describe_gpus(marked.get(GPU_MARK, "").split(";"),
+                                         marked.get(CUDA_MARK) or None)
         base_url = f"http://{facts['address']}:{spec.port}"
         endpoint = Endpoint(base_url, launch.served_model, adapter.chat_path,
                             launch.metrics_path, argv=launch.argv, name=name)
@@ -327,7 +347,7 @@ class Ec2Provisioner(Provisioner):
         facts = self.state.get(self._targets.get(endpoint.name, ""), {})
         image = self._digests.get(endpoint.name) or self._images.get(endpoint.name)
         host = f"{facts['instance_id']} ({facts['address']})" if facts else None
-        return {"host": host, "image": image}
+        return {"host": host, "image": image, "gpu": self._gpus.get(endpoint.name)}
 
     def _run(self, ssm, iid: str, lines: list[str], comment: str, deadline: float, *,
              online_by: float | None = None, spec: Ec2Provision | None = None) -> str:
@@ -605,7 +625,7 @@ def _run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str,
         if not found:
             break
         attempt += 1
-    _wait_for_quota(ec2, spec, run_id)
+    _wait_for_quota(ec2, spec, run_id, target)
     refused = []
     for i, placement in enumerate(placements):
         try:
@@ -766,27 +786,29 @@ def _launch_args(spec: Ec2Provision, placement: Ec2Placement, *, token: str, run
     return kwargs
 
 
-def _wait_for_quota(ec2, spec: Ec2Provision, run_id: str) -> None:
-    """With ``max_instances``: wait until fewer project instances of this type than that run
-    (other runs', concurrent DAG runs' or CLI runs'), or fail at ``acquire_timeout_s``. EC2
-    itself is the count: Airflow pools hold a slot only while a task runs, not from setup to
-    teardown."""
+def _wait_for_quota(ec2, spec: Ec2Provision, run_id: str, target: str) -> None:
+    """With ``max_instances``: wait until fewer project instances of the target's instance
+    types (its own and its fallbacks') run than that -- other runs', concurrent DAG runs',
+    CLI runs', and this run's other targets' (their hosts launch side by side) -- or fail at
+    ``acquire_timeout_s``. EC2 itself is the count: Airflow pools hold a slot only while a
+    task runs."""
     if spec.max_instances is None:
         return
+    types = sorted({p.instance_type for p in spec.placements()})
     deadline = time.monotonic() + spec.acquire_timeout_s
     while True:
         others = [i["InstanceId"] for i in _instances(ec2, [
             {"Name": f"tag:{PROJECT_TAG}", "Values": [PROJECT]},
-            {"Name": "instance-type", "Values": [spec.instance_type]},
+            {"Name": "instance-type", "Values": types},
             {"Name": "instance-state-name", "Values": LIVE_STATES}])
-            if _tags(i).get("run_id") != run_id]
+            if (_tags(i).get("run_id"), _tags(i).get("target")) != (run_id, target)]
         if len(others) < spec.max_instances:
             return
         if time.monotonic() >= deadline:
             raise LaunchError(
-                f"no {spec.instance_type} free within max_instances={spec.max_instances} "
+                f"no {'/'.join(types)} free within max_instances={spec.max_instances} "
                 f"after {spec.acquire_timeout_s:g}s: held by {others}")
-        log.info("%s quota full (%s); waiting", spec.instance_type, others)
+        log.info("%s quota full (%s); waiting", "/".join(types), others)
         time.sleep(min(QUOTA_POLL_S, max(0.0, deadline - time.monotonic())))
 
 

@@ -146,9 +146,10 @@ class Provisioner(ABC):
 
     def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
         """Where ``endpoint``'s server ran, for its cells' provenance: ``host`` (the
-        provisioned machine) and ``image`` (the container, pinned by digest where known);
-        None where this provisioner launches no such thing."""
-        return {"host": None, "image": None}
+        provisioned machine), ``image`` (the container, pinned by digest where known) and
+        ``gpu`` (its GPUs as that machine reports them, ``provenance.describe_gpus``); None
+        where this provisioner launches no such thing or cannot know."""
+        return {"host": None, "image": None, "gpu": None}
 
     def engine_version(self, adapter: StackAdapter, endpoint: Endpoint | None = None) -> str:
         """What the cells record as the engine's version: the engine this provisioner runs

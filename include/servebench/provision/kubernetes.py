@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from servebench.config import KubernetesProvision
 from servebench.endpoint import Endpoint
+from servebench.provenance import gpus_from_node_labels
 from servebench.provision.interface import (
     LaunchError,
     Provisioner,
@@ -166,6 +167,7 @@ class KubernetesProvisioner(Provisioner):
         self.run_id, self.state, self.settings = run_id, state, settings
         self._launched: dict[str, tuple[KubernetesProvision, str]] = {}  # endpoint -> (spec, name)
         self._apis: dict[tuple, object] = {}  # (context, kubeconfig) -> CoreV1Api
+        self._nodes: dict[str, str | None] = {}  # node -> its GPUs (gpus_from_node_labels)
 
     def _api(self, spec: KubernetesProvision):
         """The cluster's API client, loaded once per provisioner (exited() is asked per
@@ -295,20 +297,40 @@ class KubernetesProvisioner(Provisioner):
             _delete(self._api(spec), spec.namespace, f"servebench/unit={obj}")
 
     def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
-        """The pod, its node, and the image digest the kubelet pulled (``imageID``)."""
+        """The pod, its node, the image digest the kubelet pulled (``imageID``) and the
+        node's GPUs from its GPU feature discovery labels."""
         from kubernetes.client.exceptions import ApiException
 
         if endpoint.name not in self._launched:
-            return {"host": None, "image": None}
+            return {"host": None, "image": None, "gpu": None}
         spec, obj = self._launched[endpoint.name]
+        api = self._api(spec)
         try:
-            pod = self._api(spec).read_namespaced_pod(obj, spec.namespace)
+            pod = api.read_namespaced_pod(obj, spec.namespace)
         except ApiException:
-            return {"host": f"{spec.namespace}/{obj}", "image": None}
+            return {"host": f"{spec.namespace}/{obj}", "image": None, "gpu": None}
         statuses = pod.status.container_statuses or []
         image = statuses[0].image_id.split("://", 1)[-1] if statuses and \
             statuses[0].image_id else None
-        return {"host": f"{spec.namespace}/{obj} on {pod.spec.node_name}", "image": image}
+        return {"host": f"{spec.namespace}/{obj} on {pod.spec.node_name}", "image": image,
+                "gpu": self._node_gpus(api, pod.spec.node_name)}
+
+    def _node_gpus(self, api, node: str | None) -> str | None:
+        """``provenance.gpus_from_node_labels`` of ``node``, read once per node (reading
+        nodes needs ``get`` on ``nodes``: without it, no GPU facts, said once)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if not node:
+            return None
+        if node not in self._nodes:
+            try:
+                labels = api.read_node(node).metadata.labels or {}
+            except ApiException as exc:
+                log.warning("node %s's GPU labels cannot be read (%s %s): cells record no "
+                            "gpu", node, exc.status, exc.reason)
+                labels = {}
+            self._nodes[node] = gpus_from_node_labels(labels)
+        return self._nodes[node]
 
     def hardware(self, target: TargetSpec) -> str:
         spec = _spec(target)

@@ -24,7 +24,7 @@ import httpx
 
 from servebench.endpoint import Endpoint
 from servebench.errors import ServerLaunchError
-from servebench.provenance import hardware
+from servebench.provenance import hardware, local_gpus
 from servebench.provision.interface import (
     LaunchError,
     Provisioner,
@@ -123,6 +123,10 @@ class LocalProvisioner(Provisioner):
 
     def hardware(self, target) -> str:
         return hardware()
+
+    def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
+        """This worker serves: its own GPUs (none on a CPU host)."""
+        return {"host": None, "image": None, "gpu": local_gpus()}
 
     def teardown(self) -> list[str]:
         return self.reap()

@@ -155,6 +155,9 @@ CELLS = pa.schema(
         _f("launch_args", _STR),
         _f("image", _STR),  # the container it ran in: repo@sha256:... where the host said
         _f("host", _STR),  # the machine that served it, where provisioned (instance, address)
+        # its GPUs as the serving host reports them: ``1x NVIDIA L4 (driver 550.54.15, CUDA
+        # 12.4, max SM 2040 MHz, MIG Disabled)`` (nvidia-smi there, or the node's GPU labels)
+        _f("gpu", _STR),
         _f("model_file_sha256", _STR),
         _f("hardware", _STR),
         _f("sampling_hash", _STR),

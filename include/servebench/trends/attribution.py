@@ -16,7 +16,7 @@ import pandas as pd
 from servebench.trends.detect import noise_sigma
 
 CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "sampling_hash",
-                   "hardware")
+                   "hardware", "image", "gpu")  # image: the digest pulled; gpu: driver, CUDA
 RUN_PROVENANCE = ("suite_git_sha",)  # and the cell's part of the sweep spec (_spec_diff)
 SPEC_CHANGES_SHOWN = 4
 NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"

@@ -86,6 +86,47 @@ def test_the_script_relaunches_in_place_and_never_carries_the_token(tmp_path, mo
     assert any(line.startswith(f"echo {DIGEST_MARK}") for line in lines)
 
 
+NVIDIA_SMI = """#!/bin/sh
+# an instance's nvidia-smi: two L4s, and the header that names the driver's CUDA version
+case "$1" in
+  --query-gpu=*) for i in 1 2; do echo 'NVIDIA L4, 550.54.15, 2040 MHz, Disabled'; done ;;
+  *) echo '| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4     |' ;;
+esac
+"""
+
+
+def test_the_instances_own_gpus_are_read_by_the_launch_script(tmp_path):
+    """The script's GPU lines, run by a shell as on the instance, print what the provisioner
+    parses into the cells' ``gpu`` (and nothing, not an error, without nvidia-smi)."""
+    import subprocess
+
+    from servebench.provenance import describe_gpus
+    from servebench.provision.ec2 import CUDA_MARK, GPU_MARK
+
+    spec = load_sweep(_sweep(tmp_path, EC2))
+    launch = get_stack("vllm").container_launch(spec.targets[0].variants[0], port=8000,
+                                                settings=get_settings())
+    lines = [line for line in render_script(launch, spec.targets[0].provision,
+                                            hub_cache="/nowhere")
+             if line.startswith((f"echo {GPU_MARK}", f"echo {CUDA_MARK}"))]
+    assert len(lines) == 2
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text(NVIDIA_SMI)
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+
+    def run(path: str) -> dict[str, str]:
+        out = subprocess.run(["bash", "-c", "set -eu\n" + "\n".join(lines)], text=True,
+                             capture_output=True, check=True, env={"PATH": path}).stdout
+        return {m: line[len(m):].strip() for line in out.splitlines()
+                for m in (GPU_MARK, CUDA_MARK) if line.startswith(m)}
+
+    got = run(f"{tmp_path / 'bin'}:/usr/bin:/bin")
+    assert describe_gpus(got[GPU_MARK].split(";"), got[CUDA_MARK]) == \
+        "2x NVIDIA L4 (driver 550.54.15, CUDA 12.4, max SM 2040 MHz, MIG Disabled)"
+    assert run("/usr/bin:/bin") == {GPU_MARK: "", CUDA_MARK: ""}  # no GPU: nothing said
+    assert describe_gpus([""], None) is None
+
+
 def test_files_are_written_on_the_instance_and_mounted_read_only(tmp_path):
     spec = load_sweep(_sweep(tmp_path, EC2, stack="trtllm"))
     variant = spec.targets[0].variants[0]

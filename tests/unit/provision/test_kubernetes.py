@@ -143,3 +143,39 @@ def test_an_unschedulable_pod_waits_for_a_scale_up_under_way_and_not_for_nothing
     assert "not scheduled within 60 s" in pod_start_blocker(pod, [], waited_s=61, grace_s=60)
     refused = [SimpleNamespace(reason="NotTriggerScaleUp")]
     assert "will not add a node" in pod_start_blocker(pod, refused, waited_s=1, grace_s=60)
+
+
+def test_a_pods_cells_record_its_nodes_gpus_read_once_per_node(tmp_path):
+    """placement() reads the pod's node's GPU feature discovery labels (once per node); a
+    cluster that forbids reading nodes leaves ``gpu`` empty instead of failing the cell."""
+    from types import SimpleNamespace
+
+    from kubernetes.client.exceptions import ApiException
+    from servebench.endpoint import Endpoint
+    from servebench.provision.kubernetes import KubernetesProvisioner
+
+    spec = _target(tmp_path, K8S).provision
+    reads = []
+
+    class Api:
+        def read_namespaced_pod(self, name, namespace):
+            status = SimpleNamespace(container_statuses=[SimpleNamespace(
+                image_id="docker-pullable://vllm/vllm-openai@sha256:abc")])
+            return SimpleNamespace(status=status, spec=SimpleNamespace(node_name=name[-1]))
+
+        def read_node(self, node):
+            reads.append(node)
+            if node == "b":
+                raise ApiException(status=403, reason="Forbidden")
+            return SimpleNamespace(metadata=SimpleNamespace(labels={
+                "nvidia.com/gpu.product": "NVIDIA-L4", "nvidia.com/gpu.count": "1"}))
+
+    prov = KubernetesProvisioner("r", {}, get_settings())
+    prov._apis[(spec.context, spec.kubeconfig)] = Api()
+    got = []
+    for name in ("pod-a", "pod-a", "pod-b"):
+        prov._launched[name] = (spec, name)
+        got.append(prov.placement(Endpoint("http://x", "m", "/v1/chat/completions", None,
+                                           name=name)))
+    assert [g["gpu"] for g in got] == ["1x NVIDIA-L4", "1x NVIDIA-L4", None]
+    assert got[0]["image"] == "vllm/vllm-openai@sha256:abc" and reads == ["a", "b"]
