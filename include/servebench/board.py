@@ -140,6 +140,8 @@ def _release_gates(store: ResultStore) -> list[str]:
     baseline, what it means for the release, and every metric that did not pass."""
     import datetime as dt
 
+    import pandas as pd
+
     from servebench.notify.digest import fmt_text
     from servebench.trends.series import metric_label
 
@@ -158,8 +160,7 @@ def _release_gates(store: ResultStore) -> list[str]:
         for r in gate[gate["verdict"] != "pass"].to_dict("records"):
             where = (f"{r['workload']} {r['load_point']} " if r["metric"] != "quality" else "")
             what = ("quality" if r["metric"] == "quality" else metric_label(r["metric"]))
-            mean = (f" {r['worse_mean']:+.1%} worse" if r["worse_mean"] is not None
-                    and r["worse_mean"] == r["worse_mean"] else "")
+            mean = (f" {r['worse_mean']:+.1%} worse" if pd.notna(r["worse_mean"]) else "")
             open_.append(f"{where}{what}: {r['verdict']}{mean}")
         out.append(
             f"<tr><td>{escape(fmt_text(first['decided_at']))}</td>"

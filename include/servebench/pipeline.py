@@ -23,6 +23,7 @@ from servebench.plan import Plan, Unit, make_plan
 from servebench.provision import Provisioner, get_provisioner, provision_kinds
 from servebench.provision.interface import host_session
 from servebench.publish import keep_paid_hosts, keep_unit_rows, publish_run, unit_failed_cells
+from servebench.results.store import ResultStore
 from servebench.settings import Settings, get_settings
 from servebench.trends.judge import judge_night
 
@@ -128,7 +129,7 @@ def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: s
                 on_unit(unit)
             try:
                 summary["units"][unit.unit_id] = bench_unit(plan, unit, provisioner, run_id,
-                                                            settings, on_cell=on_cell)
+                                                            settings, store, on_cell=on_cell)
             except Exception as exc:  # noqa: BLE001 -- any crash: kept as the unit's reason
                 log.exception("unit %s failed", unit.unit_id)  # with its traceback
                 reason = f"the bench task failed: {type(exc).__name__}: {exc}"
@@ -141,12 +142,14 @@ def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: s
 
 
 def bench_unit(plan: Plan, unit: Unit, provisioner: Provisioner, run_id: str,
-               settings: Settings, on_cell: Callable[[dict], None] | None = None) -> dict:
-    """One unit on its host's ``provisioner``, its rows kept as the unit's scratch."""
+               settings: Settings, store: ResultStore,
+               on_cell: Callable[[dict], None] | None = None) -> dict:
+    """One unit on its host's ``provisioner``, its rows kept as the unit's scratch in
+    ``store``."""
     result = VariantRunner(plan.spec, plan.target_of(unit), plan.variant_of(unit),
                            run_id=run_id, settings=settings, provisioner=provisioner,
                            on_cell=on_cell, prompt_seed=plan.prompt_seed).run()
-    keep_unit_rows(open_store(settings), plan, unit, run_id,
+    keep_unit_rows(store, plan, unit, run_id,
                    {"cells": result.cells, "requests": result.requests, "evals": result.evals,
                     "units": [result.unit] if result.unit else []})
     statuses = [c["status"] for c in result.cells]

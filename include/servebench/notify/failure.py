@@ -85,17 +85,19 @@ def watch_deadline(count_live_runs: Callable[[], int], settings: Settings | None
     ``dag_id`` falls in its schedule interval. ``count_live_runs()``: how many runs of it are
     queued or running (said in the message). Where it went, or None (nothing late, or said
     already). A notifier that fails is logged; the night stays said (kept in the store)."""
+    import pandas as pd
     from croniter import croniter
 
-    from servebench.trends.series import nightly_nights
+    from servebench.trends.series import nightly_runs
 
     settings, now = settings or get_settings(), now or dt.datetime.now(dt.UTC)
     deadline_span = dt.timedelta(hours=deadline_hours)
     night = croniter(schedule, now - deadline_span).get_prev(dt.datetime)
     following = croniter(schedule, night).get_next(dt.datetime)
     store = open_store(settings)
-    committed = nightly_nights(store.read_table("runs").to_pandas(), dag_id)
-    if any(night <= t < following for t in committed):
+    nights = nightly_runs(store.read_table("runs").to_pandas(), None, dag_id)
+    if any(night <= pd.Timestamp(t).to_pydatetime() < following
+           for t in nights["logical_date"].dropna()):
         return None
     folder = f"failures/{encode_run_id(dag_id)}--night-{encode_run_id(night.isoformat())}"
     if store.find(folder):

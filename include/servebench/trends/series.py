@@ -132,20 +132,12 @@ def missing_nights(runs: pd.DataFrame, run: dict, schedule: str) -> list[dt.date
 MISSING_MAX = 400  # a year of nights: past that the digest says "and more"
 
 
-def nightly_nights(runs: pd.DataFrame, dag_id: str) -> list[dt.datetime]:
-    """The logical times of ``dag_id``'s committed nights, any sweep (ad-hoc runs left out)."""
-    picked = runs[runs["dag_id"] == dag_id] if "dag_id" in runs.columns else runs.iloc[:0]
-    if "nightly" in picked.columns:
-        picked = picked[picked["nightly"] != False]  # noqa: E712
-    return [pd.Timestamp(t).to_pydatetime() for t in picked["logical_date"].dropna()]
-
-
-def nightly_runs(runs: pd.DataFrame, sweep_name: str, dag_id: str | None = None,
+def nightly_runs(runs: pd.DataFrame, sweep_name: str | None, dag_id: str | None = None,
                  include: str | None = None) -> pd.DataFrame:
-    """The committed nights of one sweep (and DAG), oldest first, numbered 0..n-1: its runs
-    except the ad-hoc ones (``nightly`` false; null, from before the column, counts), and
-    the run ``include`` whatever it is (the run being judged)."""
-    picked = runs[runs["sweep_name"] == sweep_name]
+    """The committed nights of one sweep (None: of any sweep) and DAG, oldest first,
+    numbered 0..n-1: its runs except the ad-hoc ones (``nightly`` false; null, from before
+    the column, counts), and the run ``include`` whatever it is (the run being judged)."""
+    picked = runs if sweep_name is None else runs[runs["sweep_name"] == sweep_name]
     if "nightly" in picked.columns:
         picked = picked[(picked["nightly"] != False) | (picked["run_id"] == include)]  # noqa: E712
     if dag_id is not None:

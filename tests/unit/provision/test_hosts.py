@@ -123,12 +123,12 @@ def test_a_host_runs_its_units_in_turn_keeps_a_crash_and_a_retry_skips_what_was_
                                   {"name": "g2", "provision": EC2}]), paid.kind)
     ran = []
 
-    def bench_unit(plan, unit, provisioner, run_id, settings, on_cell=None):
+    def bench_unit(plan, unit, provisioner, run_id, settings, store, on_cell=None):
         ran.append(unit.unit_id)
         assert unit.target in provisioner.state  # on its host's machine
         if unit.unit_id == "g1--a":
             raise RuntimeError("engine fell over")
-        pipeline.keep_unit_rows(ResultStore(str(tmp_path / "data")), plan, unit, run_id, {
+        pipeline.keep_unit_rows(store, plan, unit, run_id, {
             "cells": unit_failed_cells(plan, unit, run_id, "kept by the stand-in unit")})
         return {"cells": 1}
 
