@@ -42,7 +42,7 @@ from servebench.metrics import (
     timing_unresolved_reason,
 )
 from servebench.plan import unit_id
-from servebench.provenance import file_sha256
+from servebench.provenance import file_sha256, measuring_code
 from servebench.provision.interface import Provisioner
 from servebench.settings import Settings
 from servebench.stacks import get_stack
@@ -191,6 +191,7 @@ class VariantRunner:
             **(self.provisioner.placement(self._endpoint) if self._endpoint is not None
                else {}),
             "model_file_sha256": file_sha256(model_path),
+            "measuring_code": measuring_code(type(self.adapter), type(self.provisioner)),
             "hardware": self.hardware,
         }
 

@@ -1,9 +1,11 @@
-"""Provenance stamped on every row: hardware, the serving host's GPUs, suite git sha, model
-file hashes."""
+"""Provenance stamped on every row: hardware, the serving host's GPUs, suite git sha, the
+suite code a cell ran, model file hashes."""
 
 from __future__ import annotations
 
 import hashlib
+import inspect
+import json
 import logging
 import os
 import platform
@@ -180,3 +182,30 @@ def suite_git_sha() -> str:
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+
+
+# the suite's own code that decides what a cell sends, how it is timed and scored, beside
+# the modules of its stack adapter and provisioner classes (measuring_code)
+MEASURING_FILES = ("bench.py", "endpoint.py", "metrics.py", "telemetry.py", "tokenize.py",
+                   "workloads.py", "loadgen/*.py", "evals/*.py")
+_PACKAGE = Path(__file__).resolve().parent
+
+
+@lru_cache(maxsize=32)
+def measuring_code(*classes: type) -> str:
+    """What of the suite a cell ran, as JSON ``{"loadgen/client.py": "<sha256[:12]>", ...}``:
+    the files that build its prompts, drive and time its load and score its golden set
+    (MEASURING_FILES) and the modules of ``classes`` and their bases within the package (its
+    stack adapter's, its provisioner's). Read from the installed files, so an image without
+    ``.git`` has it too. A suite deploy is a cause of a cell's change only where this moved
+    (trends.attribution): a new commit touching the digest or the board runs the same cell."""
+    files = {f for pattern in MEASURING_FILES for f in _PACKAGE.glob(pattern)}
+    for cls in classes:
+        for base in cls.__mro__:
+            if base.__module__.split(".")[0] == _PACKAGE.name:
+                source = inspect.getsourcefile(base)
+                if source:
+                    files.add(Path(source).resolve())
+    return json.dumps({f.relative_to(_PACKAGE).as_posix():
+                       hashlib.sha256(f.read_bytes()).hexdigest()[:12] for f in sorted(files)},
+                      sort_keys=True)

@@ -5,6 +5,7 @@ checked.
 Needs `make setup airflow-db` (CI's `make test` does both).
 """
 
+import json
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,11 @@ def test_every_cell_present_and_valid(published):
     counts = cells.groupby(["target", "variant"]).size()
     assert set(counts) == {4}, counts
     assert set(cells["stack"]) == {"llama_cpp", "vllm", "transformers"}
+    # every cell names the suite code it ran, its own stack's adapter among it
+    modules = {"llama_cpp": "stacks/llama_cpp.py", "vllm": "stacks/vllm.py",
+               "transformers": "stacks/transformers_serve.py"}
+    for stack, code in zip(cells["stack"], cells["measuring_code"], strict=True):
+        assert modules[stack] in json.loads(code) and "loadgen/client.py" in code, code
     assert not cells.duplicated(["variant", "target", "workload", "concurrency"]).any()
     bad = cells[cells["status"] != "ok"]
     # the measurement's own validity rule fires when the host stalls the client (event-loop

@@ -159,6 +159,8 @@ CELLS = pa.schema(
         # 12.4, max SM 2040 MHz, MIG Disabled)`` (nvidia-smi there, or the node's GPU labels)
         _f("gpu", _STR),
         _f("model_file_sha256", _STR),
+        # the suite files that built, drove and timed the cell (provenance.measuring_code)
+        _f("measuring_code", _STR),
         _f("hardware", _STR),
         _f("sampling_hash", _STR),
         _f("price_per_hour", _F64),

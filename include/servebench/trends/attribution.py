@@ -1,6 +1,7 @@
 """Attribution: what recorded change explains a series' change. The provenance of the night
 before a change and of the change night is compared -- engine version, launch args, model file,
-sampling, hardware and CPU features, suite git sha, and the cell's own part of the sweep spec
+sampling, hardware and CPU features, the suite's code the cell ran (``measuring_code``: a suite
+deploy that touched only the digest is no cause), and the cell's own part of the sweep spec
 (``cell_spec``: another variant's knob is no cause of this one's change) -- and what changed is
 named; when nothing recorded changed, it says so (the host, or noise)."""
 
@@ -17,7 +18,8 @@ from servebench.trends.detect import noise_sigma
 
 CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "sampling_hash",
                    "hardware", "image", "gpu")  # image: the digest pulled; gpu: driver, CUDA
-RUN_PROVENANCE = ("suite_git_sha",)  # and the cell's part of the sweep spec (_spec_diff)
+# and the suite's commit, named only where the cell's measuring_code moved (_suite_diff), and
+# the cell's part of the sweep spec (_spec_diff)
 SPEC_CHANGES_SHOWN = 4
 NOTHING_CHANGED = "nothing recorded changed (the host, or noise)"
 RECORDED_STEP_SHARE = 0.75  # a later recorded change, stepping this share as far, is the night
@@ -153,9 +155,7 @@ def recorded_change(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: i
     before = cell_at(cells, before_run["run_id"], row) or {}
     after = cell_at(cells, after_run["run_id"], row) or {}
     changes = []
-    pairs = [(key, before.get(key), after.get(key)) for key in CELL_PROVENANCE]
-    pairs += [(key, before_run.get(key), after_run.get(key)) for key in RUN_PROVENANCE]
-    for key, a, b in pairs:
+    for key, a, b in [(key, before.get(key), after.get(key)) for key in CELL_PROVENANCE]:
         if missing(a) or missing(b) or a == b:
             continue
         if key == "launch_args":
@@ -164,10 +164,38 @@ def recorded_change(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: i
                 changes.append(f"launch args {diff}")
             continue
         changes.append(f"{key} {_short(a)} -> {_short(b)}")
+    suite = _suite_diff(before_run.get("suite_git_sha"), after_run.get("suite_git_sha"),
+                        before.get("measuring_code"), after.get("measuring_code"))
+    if suite:
+        changes.append(suite)
     spec = _spec_diff(before_run, after_run, row)
     if spec:
         changes.append(f"sweep {spec}")
     return "; ".join(changes) if changes else NOTHING_CHANGED
+
+
+def _suite_diff(sha_a, sha_b, code_a, code_b) -> str:
+    """``suite_git_sha 0123abc -> 4567def (loadgen/client.py, stacks/vllm.py)``: a suite
+    change, named where it changed the files the cell ran (``provenance.measuring_code``).
+    A deploy that touched only what reports (the digest, the board) ran the same cell and
+    is no cause; the same code under another commit is none either. Cells recorded without
+    their code (older rows) are compared by the commit alone."""
+    if missing(code_a) or missing(code_b):
+        if missing(sha_a) or missing(sha_b) or sha_a == sha_b:
+            return ""
+        return f"suite_git_sha {_short(sha_a)} -> {_short(sha_b)}"
+    try:
+        old, new = json.loads(code_a), json.loads(code_b)
+    except ValueError:
+        old, new = {"": code_a}, {"": code_b}
+    moved = [path for path in sorted(set(old) | set(new)) if old.get(path) != new.get(path)]
+    if not moved:
+        return ""
+    if len(moved) > SPEC_CHANGES_SHOWN:
+        moved = moved[:SPEC_CHANGES_SHOWN] + [f"and {len(moved) - SPEC_CHANGES_SHOWN} more"]
+    commits = ("suite_git_sha " + f"{_short(sha_a)} -> {_short(sha_b)}"
+               if not (missing(sha_a) or missing(sha_b) or sha_a == sha_b) else "suite code")
+    return f"{commits} ({', '.join(moved)})"
 
 
 def _spec_diff(before_run: pd.Series, after_run: pd.Series, row: dict) -> str:
@@ -238,8 +266,8 @@ def missing(value) -> bool:
 
 def _short(value) -> str:
     text = str(value)
-    if len(text) == 64 and all(c in "0123456789abcdef" for c in text):
-        return text[:12]  # a hash
+    if len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text):
+        return text[:12]  # a hash, a commit
     return text if len(text) <= 120 else text[:117] + "..."
 
 

@@ -497,3 +497,62 @@ def test_the_sweeps_alert_floor_silences_changes_below_it(history):
     # older runs (no trends section) and a floor under the measured default keep the default
     assert detector_settings(None).min_rel_change == detector_settings(
         '{"trends": {"min_change": 0.0}}').min_rel_change == 0.005
+
+
+def test_a_suite_deploy_is_a_cause_only_where_it_changed_what_the_cell_ran():
+    """A new suite commit is named as a cause only when the files that built, drove and timed
+    the cell (``measuring_code``) moved, and then with those files; one that touched only the
+    digest ran the same cell. Rows without their code fall back to the commit alone."""
+    import json
+
+    import pandas as pd
+    from servebench.trends.attribution import NOTHING_CHANGED, recorded_change
+
+    def code(client: str, vllm: str = "v1") -> str:
+        return json.dumps({"bench.py": "b1", "loadgen/client.py": client, "stacks/vllm.py": vllm})
+
+    runs = pd.DataFrame({"run_id": ["r0", "r1"], "suite_git_sha": ["a" * 40, "b" * 40],
+                         "sweep_hash": "h"})
+    row = {"target": "t", "stack": "vllm", "variant": "v", "workload": "w", "load_point": "c4"}
+
+    def cells(before: str | None, after: str | None) -> pd.DataFrame:
+        return pd.DataFrame([{**row, "run_id": r, "measuring_code": c}
+                             for r, c in (("r0", before), ("r1", after))])
+
+    assert recorded_change(cells(code("c1"), code("c1")), runs, row, 1) == NOTHING_CHANGED
+    assert recorded_change(cells(code("c1"), code("c2", "v2")), runs, row, 1) == (
+        "suite_git_sha aaaaaaaaaaaa -> bbbbbbbbbbbb (loadgen/client.py, stacks/vllm.py)")
+    # the same commit (a checkout's uncommitted edit) with other code is named by its files
+    same = runs.assign(suite_git_sha="unknown")
+    assert recorded_change(cells(code("c1"), code("c2")), same, row, 1) == (
+        "suite code (loadgen/client.py)")
+    # cells stored before the code was recorded: the commit alone
+    assert recorded_change(cells(None, code("c1")), runs, row, 1) == (
+        "suite_git_sha aaaaaaaaaaaa -> bbbbbbbbbbbb")
+
+
+def test_measuring_code_covers_the_adapter_and_provisioner_and_moves_with_their_source(
+        tmp_path, monkeypatch):
+    import json
+
+    from servebench import provenance
+    from servebench.provision.local import LocalProvisioner
+    from servebench.stacks.vllm import VllmStack
+
+    files = json.loads(provenance.measuring_code(VllmStack, LocalProvisioner))
+    for path in ("loadgen/client.py", "workloads.py", "evals/scorers.py", "stacks/adapter.py",
+                 "stacks/gpu.py", "stacks/vllm.py", "provision/local.py"):
+        assert path in files, path
+    assert "notify/digest.py" not in files and "board.py" not in files
+    # a copy of the package with one loadgen file edited hashes that file differently
+    package = tmp_path / "servebench"
+    for rel in files:
+        (package / rel).parent.mkdir(parents=True, exist_ok=True)
+        (package / rel).write_bytes((provenance._PACKAGE / rel).read_bytes())
+    monkeypatch.setattr(provenance, "_PACKAGE", package)
+    provenance.measuring_code.cache_clear()
+    (package / "loadgen" / "client.py").write_text("# edited\n")
+    moved = json.loads(provenance.measuring_code())
+    assert moved["loadgen/client.py"] != files["loadgen/client.py"]
+    assert moved["workloads.py"] == files["workloads.py"]
+    provenance.measuring_code.cache_clear()
