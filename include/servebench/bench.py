@@ -13,7 +13,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import httpx
@@ -96,8 +96,13 @@ def _first(text: str) -> str:
     return text.splitlines()[0]  # the log tail stays in the task log
 
 
-def load_spec_for(point: LoadPoint, load: LoadPoints) -> LoadSpec:
-    """How the load generator drives ``point`` of the sweep's ``load`` section."""
+def load_spec_for(point: LoadPoint, load: LoadPoints,
+                  items: Sequence[PromptItem] = ()) -> LoadSpec:
+    """How the load generator drives ``point`` of the sweep's ``load`` section (a trace's:
+    at its measured ``items``' own arrival times)."""
+    if point.mode == "trace":
+        return LoadSpec.trace([item.arrival_s for item in items],
+                              max_concurrency=point.concurrency)
     if point.mode == "closed":
         return LoadSpec.closed(point.concurrency)
     if point.mode == "max":
@@ -197,7 +202,7 @@ class VariantRunner:
 
     def _failed_cells(self, reason: str, argv: list[str] | None) -> None:
         for workload in self.spec.workloads:
-            for point in self.spec.load.points():
+            for point in self.spec.load.points_for(workload):
                 self._failed_cell(workload.name, point, argv, reason)
 
     def _failed_cell(self, workload: str, point: LoadPoint, argv: list[str] | None,
@@ -313,7 +318,7 @@ class VariantRunner:
             self._failed_cells(self._build_failure(exc), endpoint.argv)
             tokenizer = None
         for workload in self.spec.workloads if tokenizer else []:
-            for point in self.spec.load.points():
+            for point in self.spec.load.points_for(workload):
                 died = self._server_died()
                 if died:  # nothing more can be measured on a dead port
                     self._failed_cell(workload.name, point, endpoint.argv,
@@ -383,7 +388,7 @@ class VariantRunner:
             return bodies(sent["items"])
 
         cid = cell_id(self.target.name, self.variant.name, workload_name, point)
-        load_spec = load_spec_for(point, self.spec.load)
+        load_spec = load_spec_for(point, self.spec.load, prompts.measured)
         before = scrape(endpoint.base_url, endpoint.metrics_path, headers=endpoint.headers)
         # the scheduler's gauges only where the engine has some
         sampler = GaugeSampler(endpoint.base_url, endpoint.metrics_path

@@ -92,21 +92,48 @@ class MultiTurnWorkload(_Strict):
     output_tokens: int = Field(gt=0)
 
 
+class TraceWorkload(_Strict):
+    """Requests replayed from a trace file at its own arrival times (open loop, capped by
+    ``load.max_concurrency``): each row's input and output lengths, and the prefixes rows share
+    (Mooncake's block ``hash_ids``, a ``prefix_group``). Its cells have one load point,
+    ``trace``, instead of the sweep's load points. Reads servebench's own rows (JSONL, CSV or
+    Parquet: ``arrival_s``, ``input_tokens``, ``output_tokens``, optional ``hash_ids`` or
+    ``prefix_group`` with ``prefix_tokens``), Azure's LLM inference traces (CSV: ``TIMESTAMP``,
+    ``ContextTokens``, ``GeneratedTokens``) and Mooncake's (JSONL: ``timestamp`` in ms,
+    ``input_length``, ``output_length``, ``hash_ids``)."""
+
+    kind: Literal["trace"]
+    name: str
+    path: str = Field(description="the trace file, project-relative (.jsonl, .csv, .parquet)")
+    format: Literal["auto", "servebench", "azure", "mooncake"] = Field(
+        "auto", description="auto: told by the first row's columns")
+    time_scale: float = Field(
+        1.0, gt=0, description="arrival offsets are multiplied by it: 0.5 replays twice as fast")
+    max_requests: int | None = Field(None, gt=0, description="replay the first this many")
+    max_duration_s: float | None = Field(
+        None, gt=0, description="replay the arrivals within this many seconds (after time_scale)")
+    max_input_tokens: int | None = Field(None, gt=0, description="clip longer inputs")
+    max_output_tokens: int | None = Field(None, gt=0, description="clip longer outputs")
+    block_tokens: int = Field(512, gt=0,
+                              description="tokens per hash id (Mooncake's traces: 512)")
+
+
 Workload = Annotated[
-    FixedWorkload | SharedPrefixWorkload | ChatLengthsWorkload | MultiTurnWorkload,
+    FixedWorkload | SharedPrefixWorkload | ChatLengthsWorkload | MultiTurnWorkload
+    | TraceWorkload,
     Field(discriminator="kind"),
 ]
 
 
 class LoadPoint(BaseModel):
     """One load point of a workload, i.e. one cell: closed loop at a concurrency, open loop at
-    a request rate, or max throughput (every request at once). ``label`` names it in cell ids
-    (``c4``, ``r20``, ``max``)."""
+    a request rate, max throughput (every request at once), or a trace's own arrivals.
+    ``label`` names it in cell ids (``c4``, ``r20``, ``max``, ``trace``)."""
 
     model_config = ConfigDict(frozen=True)
 
     label: str
-    mode: Literal["closed", "open", "max"]
+    mode: Literal["closed", "open", "max", "trace"]
     concurrency: int | None = None  # closed: workers; open, max: cap on requests in flight
     request_rate: float | None = None  # open: requests/s
 
@@ -144,9 +171,6 @@ class LoadPoints(_Strict):
 
     @model_validator(mode="after")
     def _some_point(self) -> LoadPoints:
-        if not self.concurrency and not self.rates and not self.max_throughput:
-            raise ValueError("give at least one closed-loop concurrency, open-loop rate or "
-                             "max_throughput: true")
         if isinstance(self.client_processes, int) and self.client_processes < 1:
             raise ValueError("client_processes must be >= 1 or 'auto'")
         return self
@@ -158,6 +182,13 @@ class LoadPoints(_Strict):
         ceiling = [LoadPoint(label="max", mode="max", concurrency=self.max_concurrency)
                    ] if self.max_throughput else []
         return closed + opened + ceiling
+
+    def points_for(self, workload: Workload) -> list[LoadPoint]:
+        """A workload's load points: a trace's own arrivals (one ``trace`` point, capped by
+        ``max_concurrency``), else the sweep's."""
+        if isinstance(workload, TraceWorkload):
+            return [LoadPoint(label="trace", mode="trace", concurrency=self.max_concurrency)]
+        return self.points()
 
 
 class GoldenSetRef(_Strict):
@@ -630,6 +661,10 @@ class SweepSpec(_Strict):
 
     @model_validator(mode="after")
     def _check_references(self) -> SweepSpec:
+        if not self.load.points() and any(not isinstance(w, TraceWorkload)
+                                          for w in self.workloads):
+            raise ValueError("load: give at least one closed-loop concurrency, open-loop rate or "
+                             "max_throughput: true (only trace workloads bring their own)")
         for kind, names in (
             ("workload", [w.name for w in self.workloads]),
             ("target", [t.name for t in self.targets]),

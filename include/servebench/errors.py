@@ -4,7 +4,8 @@
     |-- SpecError        a file the user wrote is wrong; the message names the file and field
     |   |-- PlanError        the sweep cannot run as written (before anything is provisioned)
     |   |-- GoldenSetError   a golden set (file and line)
-    |   `-- HistoryError     a history to replay (file and column)
+    |   |-- HistoryError     a history to replay (file and column)
+    |   `-- TraceError       a request trace to replay (file and row)
     |-- LaunchError      a variant's server could not be had (its log tail in the message)
     |   `-- ServerLaunchError  a local server exited or never became healthy
     |-- TransportError   a request could not be carried (inside the load generator: every
@@ -56,6 +57,10 @@ class GoldenSetError(SpecError):
 
 class HistoryError(SpecError):
     """A history file that cannot be replayed; the message names the file and column."""
+
+
+class TraceError(SpecError):
+    """A request trace that cannot be replayed; the message names the file and the row."""
 
 
 class LaunchError(ServebenchError, RuntimeError):

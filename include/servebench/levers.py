@@ -74,7 +74,8 @@ def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
                    np.asarray([e2e_s(r) * 1000 for r in records], float),
                    float(cell.get("output_throughput") or math.nan),
                    float(cell.get("cost_per_1m_output_tokens") or math.nan),
-                   cell.get("load_mode", "closed") != "open")
+                   # arrival-driven (open loop, a trace): the rate is the offered one
+                   cell.get("load_mode", "closed") not in ("open", "trace"))
 
 
 def _stats(s: _Sample, idx: np.ndarray) -> np.ndarray:

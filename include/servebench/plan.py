@@ -97,7 +97,7 @@ class Plan(BaseModel):
     def expected_cells(self) -> list[tuple[str, str, str, str]]:
         """(target, variant, workload, load point) of every cell the run must publish."""
         return [(u.target, u.variant, w.name, p.label) for u in self.units
-                for w in self.spec.workloads for p in self.spec.load.points()]
+                for w in self.spec.workloads for p in self.spec.load.points_for(w)]
 
 
 def make_plan(sweep: str | None = None, run_date: dt.date | None = None,
@@ -121,7 +121,7 @@ def plan_spec(spec: SweepSpec, path: str, *, run_date: dt.date | None = None,
                   unit_id=unit_id(t.name, v.name),
                   host=get_provisioner(t.provision_kind).host_key(t))
              for t in spec.targets for v in t.variants]
-    n_cells = len(units) * len(spec.workloads) * len(spec.load.points())
+    n_cells = len(units) * sum(len(spec.load.points_for(w)) for w in spec.workloads)
     log.info("plan: %d units on %d hosts, %d cells from %s", len(units),
              len({u.host for u in units}), n_cells, path)
     for warning in warnings:

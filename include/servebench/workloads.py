@@ -13,6 +13,8 @@ workload sends the same lengths, every night. Each :class:`PromptItem` says how 
 tokens the workload means to share with an earlier prompt of its cell (``shared_tokens``): a
 shared-prefix group's prefix, a conversation's history, nothing else -- what
 ``metrics.prefix_cache_reuse_reason`` holds a cell's measured prefix-cache hit rate to.
+A ``trace`` workload's prompts have its rows' lengths and arrival times (``arrival_s``), and
+the same text for the blocks its rows share (``traces``).
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from servebench.config import (
     FixedWorkload,
     MultiTurnWorkload,
     SharedPrefixWorkload,
+    TraceWorkload,
     Workload,
 )
 from servebench.tokenize import Tokenizer, text_of_length
+from servebench.traces import TraceRequest, read_trace, select
 
 # Chat templates add a few tokens around the content (BOS, role markers). The delivered
 # prompt length (server usage) must lie within [requested, requested + this] -- per message,
@@ -47,6 +51,7 @@ class PromptItem:
     # content tokens at its start that an earlier prompt of the same cell sent too (the
     # shared-prefix group's prefix, the conversation's history): what a prefix cache may serve
     shared_tokens: int = 0
+    arrival_s: float | None = None  # a trace's: when it is sent, from the measured start
 
     @property
     def template_slack(self) -> int:
@@ -132,7 +137,11 @@ def build_prompts(workload: Workload, tokenizer: Tokenizer, seed: int,
     :func:`prompt_key`; default: the seed alone); ``root`` resolves dataset paths; ``count``
     builds only the first that many (a warm-up)."""
     lengths_rng = random.Random(f"{seed}:{workload.name}")
-    rng = random.Random(key if key is not None else f"{seed}:{workload.name}")
+    key = key if key is not None else f"{seed}:{workload.name}"
+    rng = random.Random(key)
+    if isinstance(workload, TraceWorkload):
+        rows = trace_requests(workload, root or Path.cwd())
+        return _trace(rows if count is None else rows[:count], tokenizer, rng, key)
     n_items = workload_requests(workload) if count is None else count
     if isinstance(workload, ChatLengthsWorkload):
         table = load_length_table((root or Path.cwd()) / workload.dataset)
@@ -174,8 +183,49 @@ def build_prompts(workload: Workload, tokenizer: Tokenizer, seed: int,
     return items
 
 
+def trace_requests(workload: TraceWorkload, root: Path) -> list[TraceRequest]:
+    """The rows a trace workload replays (``traces.select`` of its file)."""
+    return select(read_trace(root / workload.path, workload.format,
+                             block_tokens=workload.block_tokens),
+                  time_scale=workload.time_scale, max_requests=workload.max_requests,
+                  max_duration_s=workload.max_duration_s,
+                  max_input_tokens=workload.max_input_tokens,
+                  max_output_tokens=workload.max_output_tokens)
+
+
+def _trace(rows: list[TraceRequest], tokenizer: Tokenizer, rng: random.Random,
+           key: str) -> list[PromptItem]:
+    """A trace's prompts: each row's blocks as the same text wherever its chain recurs (drawn
+    from the cell's key and the block's, so no other cell shares it), then text of the row's
+    own to its input length; ``shared_tokens``: the leading blocks an earlier row sent."""
+    texts: dict[str, str] = {}
+    seen: set[str] = set()
+    items = []
+    for row in rows:
+        for block, tokens in row.blocks:
+            if block not in texts:
+                texts[block] = text_of_length(
+                    tokenizer, _filler(random.Random(f"{key}:block:{block}"), tokens), tokens)
+        head = " ".join(texts[block] for block, _ in row.blocks)
+        n_in = max(row.input_tokens, 8)  # room for the closing question
+        question = _question(rng)
+        text = _ending_in_question(tokenizer, (head + " " if head else "") + _filler(rng, n_in),
+                                   question, n_in)
+        shared = 0
+        for block, tokens in row.blocks:
+            if block not in seen:
+                break
+            shared += tokens
+        # the closing question may cut into the last block
+        shared = min(shared, n_in - len(tokenizer.encode(question)))
+        seen.update(block for block, _ in row.blocks)
+        items.append(PromptItem(_user(text), n_in, row.output_tokens, max(shared, 0),
+                                arrival_s=row.arrival_s))
+    return items
+
+
 def workload_requests(workload: Workload) -> int:
-    """How many prompts one pass of a workload sends."""
+    """How many prompts one pass of a workload sends (a trace's: ``trace_requests``)."""
     if isinstance(workload, MultiTurnWorkload):
         return workload.num_conversations * workload.turns
     return workload.num_requests
@@ -211,6 +261,9 @@ def max_sequence_tokens(workload: Workload, root: Path) -> int:
         return workload.prefix_tokens + workload.suffix_tokens + workload.output_tokens
     if isinstance(workload, MultiTurnWorkload):
         return workload.turns * (workload.turn_input_tokens + workload.output_tokens)
+    if isinstance(workload, TraceWorkload):
+        return max(max(r.input_tokens, 8) + r.output_tokens
+                   for r in trace_requests(workload, root))
     table = load_length_table(root / workload.dataset)
     return max(min(i, workload.max_input_tokens or i) + min(o, workload.max_output_tokens or o)
                for i, o in table)

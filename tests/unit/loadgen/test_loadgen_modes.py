@@ -124,5 +124,11 @@ def test_each_load_point_of_the_sweep_spec_drives_its_mode() -> None:
     assert specs[2] == LoadSpec.max_throughput(8)
     with pytest.raises(ValueError, match="client_processes"):
         LoadPoints(concurrency=[1], client_processes=0)
-    with pytest.raises(ValueError, match="max_throughput"):
-        LoadPoints()
+    # a trace's one point: its measured prompts' own arrival times, under the cap
+    from servebench.config import TraceWorkload
+    from servebench.workloads import PromptItem
+
+    [trace] = load.points_for(TraceWorkload(kind="trace", name="t", path="t.jsonl"))
+    items = [PromptItem([], 8, 4, arrival_s=t) for t in (0.0, 0.25, 1.5)]
+    assert load_spec_for(trace, load, items) == LoadSpec.trace([0.0, 0.25, 1.5],
+                                                               max_concurrency=8)

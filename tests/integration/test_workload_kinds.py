@@ -1,0 +1,92 @@
+"""The workload kinds beyond fixed and shared-prefix, each against a real llama-server through
+the VariantRunner the DAG uses: a trace replayed at its own arrival times (Mooncake's format,
+the committed sample made by scripts/make_trace.py, twice as fast), chat lengths drawn from
+the shipped table, and multi-turn conversations whose history grows.
+
+Needs `make setup` (llama.cpp and the local model).
+"""
+
+import numpy as np
+import pytest
+import yaml
+from servebench.bench import VariantRunner
+from servebench.config import parse_sweep
+from servebench.provision.local import LocalProvisioner
+from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.traces import read_trace, select
+
+pytestmark = pytest.mark.integration
+
+TRACE = "include/datasets/trace-mooncake-small.jsonl"
+VARIANT = {"name": "f16", "model": "build/models/adder-3m-f16.gguf", "quant": "f16",
+           "max_num_seqs": 4, "max_model_len": 512, "threads": 1}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["workloads"] = [
+        {"kind": "trace", "name": "trace", "path": TRACE, "block_tokens": 32,
+         "time_scale": 0.5},
+        {"kind": "chat_lengths", "name": "chat", "dataset": "include/datasets/chat_lengths.jsonl",
+         "num_requests": 12, "max_input_tokens": 200, "max_output_tokens": 64},
+        {"kind": "multi_turn", "name": "turns", "num_conversations": 3, "turns": 3,
+         "turn_input_tokens": 24, "output_tokens": 8},
+    ]
+    data["load"] = {"concurrency": [2], "max_concurrency": 8, "warmup_requests": 2,
+                    "request_timeout_s": 60}
+    data["cross_stack"] = []
+    data["targets"] = [{"name": "llama", "stack": "llama_cpp", "golden_sets": [],
+                        "baseline": "f16", "variants": [VARIANT]}]
+    spec = parse_sweep(data, "test")
+    target = spec.targets[0]
+    runner = VariantRunner(spec, target, target.variants[0], run_id="t",
+                           settings=get_settings(),
+                           provisioner=LocalProvisioner(tmp_path_factory.mktemp("servers")))
+    return runner.run()
+
+
+def _cell(result, workload):
+    [cell] = [c for c in result.cells if c["workload"] == workload]
+    # a host that stalls the client makes a cell rightly invalid; nothing else may go wrong
+    assert cell["status"] == "ok" or str(cell["reason"]).startswith("client_saturated"), cell
+    return cell
+
+
+def test_a_trace_is_replayed_at_its_own_arrival_times(result):
+    cell = _cell(result, "trace")
+    assert (cell["load_point"], cell["load_mode"], cell["concurrency"]) == ("trace", "trace", 8)
+    rows = select(read_trace(PROJECT_ROOT / TRACE, block_tokens=32), time_scale=0.5)
+    assert cell["n_requests"] == len(rows) == 40 and cell["n_ok"] == 40
+    sent = [r for r in result.requests if r["cell_id"] == cell["cell_id"] and not r["warmup"]]
+    scheduled = np.array(sorted(r["scheduled_at"] for r in sent))
+    # each request was due at its row's arrival (half the trace's offsets)
+    assert scheduled - scheduled[0] == pytest.approx([r.arrival_s for r in rows], abs=1e-3)
+    assert cell["duration_s"] >= rows[-1].arrival_s
+    # every answer as long as its row asked, every prompt as long as its row's input
+    assert sorted(r["output_tokens"] for r in sent) == sorted(r.output_tokens for r in rows)
+    assert sorted(r["prompt_tokens_requested"] for r in sent) == sorted(
+        max(r.input_tokens, 8) for r in rows)
+    # the rows' shared blocks reach the server's prompt cache, within what the trace implies
+    assert 0.2 < cell["prefix_cache_expected"] < 0.8
+    assert cell["prefix_cache_hit_rate"] > 0.1
+    assert not str(cell["reason"] or "").startswith("prefix_cache_reuse")
+
+
+def test_chat_lengths_vary_and_are_kept_exactly(result):
+    cell = _cell(result, "chat")
+    sent = [r for r in result.requests if r["cell_id"] == cell["cell_id"] and not r["warmup"]]
+    assert len(sent) == 12
+    # lengths drawn from the table, clipped, each answer exactly as long as its draw asked
+    assert len({r["output_tokens_requested"] for r in sent}) > 1
+    assert len({r["prompt_tokens_requested"] for r in sent}) > 1
+    assert all(r["output_tokens"] == r["output_tokens_requested"] <= 64 for r in sent)
+    assert all(r["prompt_tokens_requested"] <= 200 for r in sent)
+
+
+def test_multi_turn_history_is_served_from_the_cache(result):
+    cell = _cell(result, "turns")
+    assert cell["n_ok"] == 9
+    # turns 2 and 3 re-send their conversation's history: the cache serves it
+    assert cell["prefix_cache_expected"] > 0.3
+    assert cell["prefix_cache_hit_rate"] > 0.3
