@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from servebench.capacity import Probe, search_max_load
 from servebench.config import (
     LoadPoint,
     LoadPoints,
@@ -39,6 +40,7 @@ from servebench.metrics import (
     compute_cell_metrics,
     expected_prefix_cache_share,
     prefix_cache_reuse_reason,
+    slo_misses,
     timing_unresolved_reason,
 )
 from servebench.plan import unit_id
@@ -324,6 +326,15 @@ class VariantRunner:
                     self._failed_cell(workload.name, point, endpoint.argv,
                                       f"the server had died: {_first(died)}")
                     continue
+                if point.mode == "slo":
+                    try:
+                        self._search_slo(endpoint, workload, point, tokenizer)
+                    except Exception as exc:  # one broken cell must not lose the others
+                        log.exception("SLO search %s/%s failed", self.variant.name,
+                                      workload.name)
+                        self._failed_cell(workload.name, point, endpoint.argv,
+                                          f"{type(exc).__name__}: {exc}")
+                    continue
                 try:
                     cell = self._cell_prompts(workload, point, tokenizer)
                 except Exception as exc:  # this cell records why; the log keeps the rest
@@ -368,6 +379,17 @@ class VariantRunner:
 
     def _run_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
                   prompts: CellPrompts) -> None:
+        self._keep(*self._measure_cell(endpoint, workload_name, point, prompts))
+
+    def _keep(self, row: dict, requests: list[dict]) -> None:
+        self._add_cell(row)
+        self.result.requests.extend(requests)
+
+    def _measure_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
+                      prompts: CellPrompts, *, cid: str | None = None
+                      ) -> tuple[dict, list[dict]]:
+        """One cell measured: its row and its requests' rows (``cid``: the cell id they
+        carry, where it is not the point's own: an SLO search's probes)."""
         warmup = len(prompts.warmup)
         exact = self.adapter.forces_length(self.variant)
 
@@ -387,7 +409,7 @@ class VariantRunner:
             sent.update(rerun=rerun, items=prompts.warmup + prompts.rebuild(rerun))
             return bodies(sent["items"])
 
-        cid = cell_id(self.target.name, self.variant.name, workload_name, point)
+        cid = cid or cell_id(self.target.name, self.variant.name, workload_name, point)
         load_spec = load_spec_for(point, self.spec.load, prompts.measured)
         before = scrape(endpoint.base_url, endpoint.metrics_path, headers=endpoint.headers)
         # the scheduler's gauges only where the engine has some
@@ -463,12 +485,54 @@ class VariantRunner:
         )
         row["output_tokens_total"] = sum(r.output_tokens or 0 for r in load.records if r.ok)
         row.update(self._cost(row))
-        self._add_cell(row)
-        for rec in load.all_records():
-            self.result.requests.append(rec.to_row())
-        log.info("cell %s: %s ttft p50 %.1f ms, %.0f tok/s %s", cid, row["status"],
-                 row.get("ttft_ms_p50") or math.nan, row.get("output_throughput") or math.nan,
-                 row["reason"] or "")
+        log.info("cell %s (%s): %s ttft p50 %.1f ms, %.0f tok/s %s", cid, point.label,
+                 row["status"], row.get("ttft_ms_p50") or math.nan,
+                 row.get("output_throughput") or math.nan, row["reason"] or "")
+        return row, [rec.to_row() for rec in load.all_records()]
+
+    def _search_slo(self, endpoint: Endpoint, workload: Workload, point: LoadPoint,
+                    tokenizer: Tokenizer) -> None:
+        """The ``slo`` cell: the highest load within the sweep's SLOs (``capacity``), each
+        probe a cell of the workload's requests with prompts of its own (its own prompt key:
+        no probe meets a cache another warmed). The row kept is the highest probe that held
+        (else the first), with the bracket and every probe; only its requests are kept."""
+        search = self.spec.load.slo_search
+        slo = Slo(self.spec.slos.ttft_ms, self.spec.slos.tpot_ms, self.spec.slos.e2e_ms)
+        max_errors = self.spec.load.max_error_rate
+        cid = cell_id(self.target.name, self.variant.name, workload.name, point)
+        measured: dict[float, tuple[dict, list[dict]]] = {}
+
+        def probe(load: float) -> Probe:
+            at = (LoadPoint(label=f"slo@r{load:g}", mode="open", request_rate=load,
+                            concurrency=point.concurrency) if search.over == "rate" else
+                  LoadPoint(label=f"slo@c{int(load)}", mode="closed", concurrency=int(load)))
+            row, requests = self._measure_cell(
+                endpoint, workload.name, at, self._cell_prompts(workload, at, tokenizer),
+                cid=cid)
+            measured[load] = (row, requests)
+            misses = slo_misses(row, slo, max_errors)
+            if row["status"] == "ok":
+                return Probe(load, not misses, "; ".join(misses) or None)
+            if (row.get("error_rate") or 0) > max_errors:  # overload: requests failed
+                return Probe(load, False, "; ".join(misses))
+            return Probe(load, False, f"{row['status']}: {row['reason']}", by_slo=False)
+
+        result = search_max_load(search, probe)
+        best, bound = result.best, result.bound
+        row, requests = measured[(best or result.probes[0]).load]
+        row = {**row, "load_point": point.label, "load_mode": point.mode,
+               "slo_search_over": search.over,
+               "max_load_within_slo": best.load if best else 0.0,
+               "max_load_failed_at": bound.load if bound else None,
+               "slo_probes_json": json.dumps([
+                   {"load": p.load, "held": p.held, "why": p.why} for p in result.probes])}
+        if bound is not None and not bound.by_slo and row["status"] == "ok":
+            row.update(status="invalid", reason=(
+                f"slo_search: the probe at {bound.load:g} could not be judged ({bound.why})"))
+        log.info("cell %s: max load within SLO %s (%s), %d probes", cid,
+                 row["max_load_within_slo"], f"missed at {bound.load:g}" if bound else
+                 "high held", len(result.probes))
+        self._keep(row, requests)
 
     def _run_golden(self, endpoint: Endpoint) -> None:
         outcomes: list[EvalOutcome] = []

@@ -125,15 +125,42 @@ Workload = Annotated[
 ]
 
 
+class SloSearch(_Strict):
+    """The highest load at which the sweep's ``slos`` hold at p95 (TTFT, TPOT, E2E where
+    given) with no more errors than ``load.max_error_rate``: one ``slo`` cell per workload,
+    found by probes (each a short cell of the workload's requests with prompts of its own):
+    ``low`` first, then doubling until a probe misses or ``high`` holds, then bisecting the
+    bracket, at most ``max_probes`` in all. Its row is the highest probe that held, with the
+    bracket (``max_load_within_slo`` .. ``max_load_failed_at``) and every probe."""
+
+    over: Literal["rate", "concurrency"] = Field(
+        "rate", description="open-loop request rate (req/s) or closed-loop concurrency")
+    low: float = Field(gt=0, description="the first probe: a load the SLOs should hold at")
+    high: float = Field(gt=0, description="the most the search probes")
+    max_probes: int = Field(6, ge=2, le=20)
+    precision: float = Field(
+        0.1, gt=0, lt=1, description="a rate bracket this narrow (relative) ends the search; "
+                                     "a concurrency one ends at adjacent integers")
+
+    @model_validator(mode="after")
+    def _bracket(self) -> SloSearch:
+        if self.high <= self.low:
+            raise ValueError(f"high ({self.high:g}) must be above low ({self.low:g})")
+        if self.over == "concurrency" and not (self.low.is_integer() and self.high.is_integer()):
+            raise ValueError("a concurrency search needs whole low and high")
+        return self
+
+
 class LoadPoint(BaseModel):
     """One load point of a workload, i.e. one cell: closed loop at a concurrency, open loop at
-    a request rate, max throughput (every request at once), or a trace's own arrivals.
-    ``label`` names it in cell ids (``c4``, ``r20``, ``max``, ``trace``)."""
+    a request rate, max throughput (every request at once), a trace's own arrivals, or the
+    SLO search's (``slo``). ``label`` names it in cell ids (``c4``, ``r20``, ``max``,
+    ``trace``, ``slo``)."""
 
     model_config = ConfigDict(frozen=True)
 
     label: str
-    mode: Literal["closed", "open", "max", "trace"]
+    mode: Literal["closed", "open", "max", "trace", "slo"]
     concurrency: int | None = None  # closed: workers; open, max: cap on requests in flight
     request_rate: float | None = None  # open: requests/s
 
@@ -165,6 +192,8 @@ class LoadPoints(_Strict):
         0.0, ge=0, lt=1,
         description="share of measured requests that may fail in a cell that stays comparable "
                     "(default: none)")
+    slo_search: SloSearch | None = Field(
+        None, description="an `slo` point per workload: the most load within the sweep's slos")
     client_processes: int | Literal["auto"] = Field(
         1, description="load-generator processes per cell; auto: one, doubled while the cell "
                        "is client_saturated (up to the CPU count), the re-runs logged")
@@ -181,7 +210,9 @@ class LoadPoints(_Strict):
                             request_rate=r) for r in self.rates]
         ceiling = [LoadPoint(label="max", mode="max", concurrency=self.max_concurrency)
                    ] if self.max_throughput else []
-        return closed + opened + ceiling
+        slo = [LoadPoint(label="slo", mode="slo", concurrency=self.max_concurrency)
+               ] if self.slo_search else []
+        return closed + opened + ceiling + slo
 
     def points_for(self, workload: Workload) -> list[LoadPoint]:
         """A workload's load points: a trace's own arrivals (one ``trace`` point, capped by
@@ -663,8 +694,13 @@ class SweepSpec(_Strict):
     def _check_references(self) -> SweepSpec:
         if not self.load.points() and any(not isinstance(w, TraceWorkload)
                                           for w in self.workloads):
-            raise ValueError("load: give at least one closed-loop concurrency, open-loop rate or "
-                             "max_throughput: true (only trace workloads bring their own)")
+            raise ValueError("load: give at least one closed-loop concurrency, open-loop rate, "
+                             "max_throughput: true or slo_search (only trace workloads bring "
+                             "their own)")
+        if self.load.slo_search and not (self.slos.ttft_ms or self.slos.tpot_ms
+                                         or self.slos.e2e_ms):
+            raise ValueError("load.slo_search: name at least one of slos.ttft_ms, slos.tpot_ms, "
+                             "slos.e2e_ms to search within")
         for kind, names in (
             ("workload", [w.name for w in self.workloads]),
             ("target", [t.name for t in self.targets]),

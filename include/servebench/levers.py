@@ -95,6 +95,8 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame, *, n_boot: int = N_B
     """One row per ok variant cell that has an ok baseline cell on the same night."""
     rng = np.random.default_rng(seed)
     ok = cells[cells["status"] == "ok"]
+    if "load_mode" in ok.columns:  # an slo cell of each variant ran at its own load
+        ok = ok[ok["load_mode"] != "slo"]
     rows = []
     for cell in ok.to_dict("records"):
         base_name = cell.get("gate_baseline")

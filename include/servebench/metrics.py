@@ -72,6 +72,13 @@ implies, not one an earlier cell warmed.
   above the expected share by more than ``PREFIX_CACHE_TOLERANCE`` -- the server answered
   prompts from a cache that something other than the workload filled. A stack that reports no
   hit rate is not judged (the cell's ``engine_notes`` say so).
+
+Load within SLO (``slo_misses``; ``capacity.py`` searches for the highest load that holds): a
+cell *holds* its SLOs when its TTFT p95, TPOT p95 and E2E p95 are each ``<=`` the SLO given
+for it and its ``error_rate`` is ``<=`` the sweep's ``max_error_rate``. p95, not the
+per-request goodput test: the question is the load at which nearly every request is served
+in time. **max_load_within_slo** = the highest probed load (req/s open loop, or workers closed
+loop) whose cell held; ``max_load_failed_at`` = the lowest probed load above it that did not.
 """
 
 from __future__ import annotations
@@ -405,3 +412,22 @@ def prefix_cache_reuse_reason(measured: float | None, expected: float | None,
         return None
     return (f"prefix_cache_reuse: hit rate {measured:.2f} > {expected:.2f} the workload implies "
             f"(+{tolerance:.2f} tolerance): the server had cached prompts this cell sent")
+
+
+def slo_misses(row: dict, slo: Slo, max_error_rate: float) -> list[str]:
+    """Which of the SLOs a measured cell row (its ``*_ms_p95`` and ``error_rate``) missed, as
+    ``TTFT p95 312 ms > 250``; empty: it held them."""
+    misses = []
+    for name, column, bound in (("TTFT", "ttft_ms_p95", slo.ttft_ms),
+                                ("TPOT", "tpot_ms_p95", slo.tpot_ms),
+                                ("E2E", "e2e_ms_p95", slo.e2e_ms)):
+        value = row.get(column)
+        if bound is None:
+            continue
+        if value is None or not value <= bound:  # NaN: nothing was served in time
+            misses.append(f"{name} p95 {value if value is None else round(value, 1)} ms > "
+                          f"{bound:g}")
+    rate = row.get("error_rate")
+    if rate is not None and rate > max_error_rate:
+        misses.append(f"error rate {rate:.3f} > {max_error_rate:g}")
+    return misses

@@ -95,7 +95,8 @@ def gate_spec(params: ReleaseGateParams, settings: Settings | None = None) -> Sw
     return SweepSpec.model_validate({
         **spec.model_dump(), "name": f"release-gate-{target.name}",
         "workloads": [w.model_dump() for w in workloads],
-        "load": {**spec.load.model_dump(), "rates": [],
+        # matched closed-loop points only: an SLO search's cells run at loads of their own
+        "load": {**spec.load.model_dump(), "rates": [], "slo_search": None,
                  "concurrency": params.concurrency or spec.load.concurrency},
         "slos": (params.slos or spec.slos).model_dump(), "cross_stack": [],
         "targets": [{**target.model_dump(), "baseline": baseline,

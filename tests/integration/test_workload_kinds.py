@@ -90,3 +90,86 @@ def test_multi_turn_history_is_served_from_the_cache(result):
     # turns 2 and 3 re-send their conversation's history: the cache serves it
     assert cell["prefix_cache_expected"] > 0.3
     assert cell["prefix_cache_hit_rate"] > 0.3
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """The most concurrency llama-server (4 slots, one thread) serves within a TTFT p95 of
+    15 ms: past its slots a request waits for another's whole answer."""
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["workloads"] = [{"kind": "fixed", "name": "fixed", "input_tokens": 32,
+                          "output_tokens": 32, "num_requests": 16}]
+    data["slos"] = {"ttft_ms": 15}
+    data["load"] = {"slo_search": {"over": "concurrency", "low": 1, "high": 16,
+                                   "max_probes": 6},
+                    "warmup_requests": 2, "request_timeout_s": 60}
+    data["cross_stack"] = []
+    data["targets"] = [{"name": "llama", "stack": "llama_cpp", "golden_sets": [],
+                        "baseline": "f16", "variants": [VARIANT]}]
+    spec = parse_sweep(data, "test")
+    target = spec.targets[0]
+    return VariantRunner(spec, target, target.variants[0], run_id="t",
+                         settings=get_settings(),
+                         provisioner=LocalProvisioner(tmp_path_factory.mktemp("slo"))).run()
+
+
+def test_the_slo_search_keeps_the_highest_load_that_held(searched):
+    import json
+
+    [cell] = searched.cells
+    assert (cell["cell_id"], cell["load_mode"], cell["slo_search_over"]) == (
+        "llama/f16/fixed/slo", "slo", "concurrency")
+    probes = json.loads(cell["slo_probes_json"])
+    assert 1 <= len(probes) <= 6 and probes[0]["load"] == 1
+    held = [p["load"] for p in probes if p["held"]]
+    missed = [p for p in probes if not p["held"]]
+    # a probe that could not be measured would make the cell invalid, with why
+    assert cell["status"] == "ok", cell["reason"]
+    assert cell["max_load_within_slo"] == max(held, default=0.0)
+    # the row is the highest probe that held: measured at it, within the SLO
+    assert cell["concurrency"] == cell["max_load_within_slo"]
+    assert cell["ttft_ms_p95"] <= 15
+    if missed:  # the bound: the least load above it that missed, and why (in TTFT)
+        assert cell["max_load_failed_at"] == min(p["load"] for p in missed
+                                                 if p["load"] > cell["max_load_within_slo"])
+        assert all(p["why"].startswith("TTFT p95") for p in missed)
+    else:
+        assert cell["max_load_within_slo"] == 16 and cell["max_load_failed_at"] is None
+    # only the kept probe's requests, under the cell's id
+    sent = [r for r in searched.requests if not r["warmup"]]
+    assert len(sent) == 16 and {r["cell_id"] for r in sent} == {cell["cell_id"]}
+
+
+def test_a_trace_and_an_slo_search_from_yaml_land_in_parquet_and_the_digest(tmp_path,
+                                                                            monkeypatch):
+    """Both asked for in a sweep file, run by `servebench run` (the DAG's steps: publish
+    through the data contract, detect, digest) against llama-server."""
+    from servebench.cli import main
+    from servebench.results.store import ResultStore
+
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data.update(
+        name="kinds", cross_stack=[], golden_sets=[], slos={"ttft_ms": 15},
+        workloads=[{"kind": "trace", "name": "trace", "path": TRACE, "block_tokens": 32,
+                    "time_scale": 0.25, "max_requests": 24},
+                   {"kind": "fixed", "name": "fixed", "input_tokens": 32, "output_tokens": 32,
+                    "num_requests": 8}],
+        load={"slo_search": {"over": "concurrency", "low": 1, "high": 4, "max_probes": 3},
+              "warmup_requests": 1, "request_timeout_s": 60},
+        targets=[{"name": "llama", "stack": "llama_cpp", "golden_sets": [], "baseline": "f16",
+                  "variants": [VARIANT]}])
+    sweep = tmp_path / "kinds.yaml"
+    sweep.write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
+    monkeypatch.setenv("SERVEBENCH_WORK_DIR", str(tmp_path / "runs"))
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    assert main(["run", str(sweep), "--run-id", "kinds"]) == 0
+    store = ResultStore(str(tmp_path / "data"))
+    cells = {c["load_point"]: c for c in store.read_table("cells").to_pylist()}
+    assert set(cells) == {"trace", "slo"}
+    assert cells["trace"]["load_mode"] == "trace" and cells["trace"]["n_requests"] == 24
+    slo = cells["slo"]
+    assert slo["load_mode"] == "slo" and slo["slo_probes_json"]
+    assert slo["status"] == "ok" and 1 <= slo["max_load_within_slo"] <= 4
+    [digest] = (tmp_path / "data" / "digests").rglob("*.md")
+    assert "## Load within SLO" in digest.read_text()

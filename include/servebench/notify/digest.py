@@ -7,6 +7,7 @@ text (Slack shows them in a code block, see notify.slack).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Callable, Sequence
 from urllib.parse import quote
@@ -149,6 +150,34 @@ def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
             more = len(flipped) - max_ids
             line += f"; flipped: {shown}" + (f" (+{more} more)" if more > 0 else "")
         lines.append(line)
+    return lines
+
+
+def slo_lines(cells: pd.DataFrame) -> list[str]:
+    """Each slo cell's answer (``capacity``): ``adder / f16 / fixed: 4 workers within SLO
+    (missed at 5: TTFT p95 27.2 ms > 15; 6 probes)``; an slo cell without an answer says
+    why."""
+    if "load_mode" not in cells.columns:
+        return []
+    lines = []
+    for r in cell_records(cells[cells["load_mode"] == "slo"]):
+        where = " / ".join(fmt_text(r.get(k)) for k in ("target", "variant", "workload"))
+        rate = r.get("slo_search_over") == "rate"
+        unit, fmt = (" req/s", fmt_num) if rate else (" workers", fmt_int)
+        if is_missing(r.get("max_load_within_slo")):
+            lines.append(f"`{where}`: no answer ({fmt_text(r.get('status'))}: "
+                         f"{_one_line(r.get('reason'))})")
+            continue
+        probes = json.loads(r["slo_probes_json"]) if not is_missing(
+            r.get("slo_probes_json")) else []
+        bound = r.get("max_load_failed_at")
+        why = next((p.get("why") for p in probes if p.get("load") == bound), None)
+        limit = ("its high held" if is_missing(bound) else
+                 f"missed at {fmt(bound)}" + (f": {why}" if why else ""))
+        status = "" if fmt_text(r.get("status")) == "ok" else \
+            f"; **{fmt_text(r.get('status'))}**: {_one_line(r.get('reason'))}"
+        lines.append(f"`{where}`: **{fmt(r['max_load_within_slo'])}{unit}** within SLO "
+                     f"({limit}; {len(probes)} probes){status}")
     return lines
 
 
@@ -358,6 +387,12 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         out += ["", "## What each variant buys (vs its baseline, same night)", "",
                 "_% change with a 95% bootstrap interval over the cells' requests; "
                 "lower is better for TTFT, TPOT and cost._", "", lever_table(levers)]
+    capacity = slo_lines(cells)
+    if capacity:
+        out += ["", "## Load within SLO", "",
+                "_The most load at which TTFT/TPOT/E2E p95 and the error rate held the "
+                "sweep's SLOs; the true limit lies below where a probe missed._", ""]
+        out += [f"- {line}" for line in capacity]
     gates = gate_lines(cells)
     if gates:
         out += ["", "## Quality gate", ""] + [f"- {line}" for line in gates]

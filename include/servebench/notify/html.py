@@ -24,6 +24,7 @@ from servebench.notify.digest import (
     gate_lines,
     is_missing,
     lever_table,
+    slo_lines,
 )
 
 STYLE = """
@@ -135,6 +136,11 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
         out.append("<h2>What each variant buys (vs its baseline, same night)</h2>")
         out.append("<p>% change with a 95% bootstrap interval over the cells' requests.</p>")
         out.append(_lever_table(levers))
+    capacity = slo_lines(cells)
+    if capacity:
+        out.append("<h2>Load within SLO</h2><ul>")
+        out += [f"<li>{_inline_md(line)}</li>" for line in capacity]
+        out.append("</ul>")
     gates = gate_lines(cells)
     if gates:
         out.append("<h2>Quality gate</h2><ul>")

@@ -64,7 +64,9 @@ ID_COLUMNS: dict[str, list[str]] = {
     "evals": ["target", "variant", "golden_set", "item_id"],
 }
 MATRIX_KEY = ("target", "variant", "workload", "load_point")
-THROUGHPUTS = ("request_throughput", "output_throughput", "total_throughput", "goodput")
+# rates, and an slo cell's load bracket (req/s or workers)
+THROUGHPUTS = ("request_throughput", "output_throughput", "total_throughput", "goodput",
+               "max_load_within_slo", "max_load_failed_at")
 FRACTIONS = ("error_rate", "accuracy")
 CUSTOM = "servebench"
 # frames derived from a table: name -> (table reported, which rows)

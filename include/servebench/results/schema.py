@@ -105,11 +105,18 @@ CELLS = pa.schema(
         _f("quant", _STR),
         _f("workload", _STR),
         _f("load_point", _STR),  # c4 (closed loop, 4 workers) or r20 (open loop, 20 req/s)
-        _f("load_mode", _STR),  # closed | open | max | trace (a trace workload's own arrivals)
+        _f("load_mode", _STR),  # closed | open | max | trace | slo (capacity's search)
         _f("length_control", _STR),  # exact | natural (bench.length_control; null: exact)
         _f("concurrency", _I32),  # closed: workers; open: in-flight cap (null: none)
         _f("request_rate", _F64),  # open loop: requests/s
         _f("arrival", _STR),  # open loop: poisson | gamma | constant
+        # an slo cell's (capacity.py): the most load that held the SLOs (req/s for a rate
+        # search, workers for a concurrency one), the least above it that did not (null:
+        # the search's high held), every probe as [{load, held, why}]
+        _f("slo_search_over", _STR),  # rate | concurrency
+        _f("max_load_within_slo", _F64),
+        _f("max_load_failed_at", _F64),
+        _f("slo_probes_json", _STR),
         _f("status", _STR),
         _f("reason", _STR),
         _f("n_requests", _I64),

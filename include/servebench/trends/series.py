@@ -27,6 +27,9 @@ class Metric:
     # of the host; its one night is never raised alone (the detector's same-night guard is for
     # the typical request), only a change that stands for nights
     tail: bool = False
+    # measured at the cell's own fixed load; an slo cell's latencies are at whatever load its
+    # search found that night, so only its search result is a series
+    fixed_load: bool = True
 
     @property
     def worse_sign(self) -> float:
@@ -50,6 +53,8 @@ METRICS: tuple[Metric, ...] = (
     # the same load has changed how it serves; peaks are sampled, so tails
     Metric("kv_cache_usage_peak", "higher_is_worse", "KV-cache peak", tail=True),
     Metric("preemptions", "higher_is_worse", "preemptions", tail=True),
+    # capacity (an slo cell): "the stack now takes 12% less load within SLO"
+    Metric("max_load_within_slo", "lower_is_worse", "load within SLO", fixed_load=False),
 )
 ACCURACY = Metric("accuracy", "lower_is_worse", "golden-set accuracy")
 BY_COLUMN = {m.column: m for m in (*METRICS, ACCURACY)}
@@ -159,6 +164,8 @@ def build_series(cells: pd.DataFrame, runs: pd.DataFrame,
         if metric.column not in ok.columns:
             continue
         part = ok[ok[metric.column].notna()]
+        if "load_mode" in part.columns:
+            part = part[(part["load_mode"] == "slo") != metric.fixed_load]
         if part.empty:
             continue
         frames.append(_long(part, metric, metric.column, nights))

@@ -106,3 +106,30 @@ def test_engine_notes_are_said_once_per_target():
     md = render_digest(frame, RUN, "s3://bench/servebench")
     gpu = md.split("## gpu")[1].split("\n## ")[0]
     assert gpu.count(note) == 1 and note not in md.split("## gpu")[0]
+
+
+def test_an_slo_cell_is_said_as_load_within_slo_with_its_bound():
+    import json
+
+    from servebench.notify.html import render_report
+
+    probes = [{"load": 1.0, "held": True, "why": None}, {"load": 2.0, "held": True, "why": None},
+              {"load": 4.0, "held": False, "why": "TTFT p95 27.2 ms > 15"},
+              {"load": 3.0, "held": False, "why": "TTFT p95 19.0 ms > 15"}]
+    slo = dict(target="cpu", stack="llama.cpp", model="tiny", variant="q8_0", workload="chat",
+               load_mode="slo", load_point="slo", concurrency=2, status="ok", reason=None,
+               slo_search_over="concurrency", max_load_within_slo=2.0, max_load_failed_at=3.0,
+               slo_probes_json=json.dumps(probes), ttft_ms_p95=11.0)
+    held = {**slo, "variant": "q4_0", "slo_search_over": "rate", "max_load_within_slo": 8.0,
+            "max_load_failed_at": None, "slo_probes_json": json.dumps(probes[:2])}
+    table = pd.concat([cells(), pd.DataFrame([slo, held])], ignore_index=True)
+    table["cell_id"] = [f"cell{i}" for i in range(len(table))]
+    md = render_digest(table, RUN, "s3://bench/servebench")
+    section = md.split("## Load within SLO")[1].split("\n## ")[0]
+    assert ("`cpu / q8_0 / chat`: **2 workers** within SLO (missed at 3: TTFT p95 "
+            "19.0 ms > 15; 4 probes)") in section
+    assert "`cpu / q4_0 / chat`: **8.00 req/s** within SLO (its high held; 2 probes)" in section
+    html = render_report(table, RUN, "s3://bench/servebench", None, {})
+    assert "<h2>Load within SLO</h2>" in html and "<strong>2 workers</strong>" in html
+    # a digest without slo cells has no such section
+    assert "Load within SLO" not in render_digest(cells(), RUN, "s3://bench/servebench")

@@ -164,3 +164,26 @@ def test_history_reads_each_series_metric_and_refuses_two(tmp_path):
     frame.assign(metric=["itl_ms_p95", "ttft_ms_p50", "m"]).to_parquet(path)
     with pytest.raises(HistoryError, match=r"h\.parquet: series 'a' has metrics"):
         read_history(path)
+
+
+def test_an_slo_cell_is_a_series_of_its_load_within_slo_only():
+    """An slo cell's latencies were measured at whatever load its search kept that night: only
+    its max_load_within_slo is a series (lower is worse); a fixed-load cell has no such
+    series and keeps its own."""
+    import pandas as pd
+    from servebench.trends.series import BY_COLUMN, build_series
+
+    runs = pd.DataFrame({"run_id": ["r0", "r1"], "night": [0, 1],
+                         "run_date": ["2026-12-01", "2026-12-02"]})
+    where = {"target": "t", "stack": "llama_cpp", "variant": "v", "model_file_sha256": "m",
+             "workload": "w", "hardware": "h", "status": "ok"}
+    cells = pd.DataFrame(
+        [{**where, "run_id": r, "load_point": "slo", "load_mode": "slo", "ttft_ms_p50": 9.0,
+          "max_load_within_slo": load} for r, load in (("r0", 4.0), ("r1", 3.0))]
+        + [{**where, "run_id": r, "load_point": "c4", "load_mode": "closed",
+            "ttft_ms_p50": 9.0, "max_load_within_slo": None} for r in ("r0", "r1")])
+    series = build_series(cells, runs)
+    by_point = series.groupby("load_point")["metric"].unique()
+    assert list(by_point["slo"]) == ["max_load_within_slo"]
+    assert "max_load_within_slo" not in by_point["c4"] and "ttft_ms_p50" in by_point["c4"]
+    assert BY_COLUMN["max_load_within_slo"].worse_sign == -1.0
