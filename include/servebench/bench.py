@@ -369,12 +369,13 @@ class VariantRunner:
         def build(rerun: int) -> list[PromptItem]:
             key = prompt_key(self.prompt_seed, workload.name, point.label,
                              repetition=self.repetition, rerun=rerun)
-            return self._build_prompts(workload, tokenizer, seed, root, key=key)
+            return self._build_prompts(workload, tokenizer, seed, root, key=key,
+                                       max_model_len=self.variant.max_model_len)
 
         warmup = self.spec.load.warmup_requests
         warm = self._build_prompts(workload, tokenizer, seed, root, count=warmup, key=prompt_key(
             self.prompt_seed, workload.name, point.label, repetition=self.repetition,
-            warmup=True)) if warmup else []
+            warmup=True), max_model_len=self.variant.max_model_len) if warmup else []
         return CellPrompts(warm, build(0), build)
 
     def _run_cell(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,

@@ -46,7 +46,16 @@ class SLOSpec(_Strict):
     e2e_ms: float | None = Field(None, gt=0)
 
 
-class FixedWorkload(_Strict):
+class _PromptText(_Strict):
+    text: Literal["natural", "arithmetic", "random"] = Field(
+        "natural", description="what prompts are cut from: natural, English prose (how users "
+        "write; n-gram speculation and caches meet real repetition); random, words drawn "
+        "uniformly from the prose's vocabulary (no phrase ever repeats: the floor for "
+        "speculative decoding); arithmetic, the local model's own domain (its repetitive "
+        "equations flatter n-gram speculative decoding)")
+
+
+class FixedWorkload(_PromptText):
     """Prompts of exactly ``input_tokens`` tokens; exactly ``output_tokens`` generated."""
 
     kind: Literal["fixed"]
@@ -56,7 +65,7 @@ class FixedWorkload(_Strict):
     num_requests: int = Field(gt=0)
 
 
-class SharedPrefixWorkload(_Strict):
+class SharedPrefixWorkload(_PromptText):
     """``num_prefixes`` shared prefixes x distinct suffixes: exercises prefix caching."""
 
     kind: Literal["shared_prefix"]
@@ -68,7 +77,20 @@ class SharedPrefixWorkload(_Strict):
     num_requests: int = Field(gt=0)
 
 
-class ChatLengthsWorkload(_Strict):
+class LongContextWorkload(_PromptText):
+    """Prompts as long as each variant serves: ``context_share`` of its ``max_model_len``, less
+    the output and the chat template's tokens, so each variant is measured near its own limit
+    (prefill and KV-cache capacity, as long-document and RAG requests load them); exactly
+    ``output_tokens`` generated."""
+
+    kind: Literal["long_context"]
+    name: str
+    context_share: float = Field(0.9, gt=0, le=1, description="of the variant's max_model_len")
+    output_tokens: int = Field(gt=0)
+    num_requests: int = Field(gt=0)
+
+
+class ChatLengthsWorkload(_PromptText):
     """Input/output lengths sampled (seeded) from a shipped length table, as chat traffic
     varies; each request still gets exactly the lengths it drew."""
 
@@ -80,7 +102,7 @@ class ChatLengthsWorkload(_Strict):
     max_output_tokens: int | None = Field(None, gt=0, description="clip longer draws")
 
 
-class MultiTurnWorkload(_Strict):
+class MultiTurnWorkload(_PromptText):
     """Conversations whose history grows: turn k sends every earlier user and assistant
     message again plus a new user message (what a chat UI does; prefix caches profit)."""
 
@@ -92,7 +114,7 @@ class MultiTurnWorkload(_Strict):
     output_tokens: int = Field(gt=0)
 
 
-class TraceWorkload(_Strict):
+class TraceWorkload(_PromptText):
     """Requests replayed from a trace file at its own arrival times (open loop, capped by
     ``load.max_concurrency``): each row's input and output lengths, and the prefixes rows share
     (Mooncake's block ``hash_ids``, a ``prefix_group``). Its cells have one load point,
@@ -119,8 +141,8 @@ class TraceWorkload(_Strict):
 
 
 Workload = Annotated[
-    FixedWorkload | SharedPrefixWorkload | ChatLengthsWorkload | MultiTurnWorkload
-    | TraceWorkload,
+    FixedWorkload | SharedPrefixWorkload | LongContextWorkload | ChatLengthsWorkload
+    | MultiTurnWorkload | TraceWorkload,
     Field(discriminator="kind"),
 ]
 

@@ -16,7 +16,7 @@ import logging
 
 from pydantic import BaseModel, ConfigDict
 
-from servebench.config import SweepSpec, TargetSpec, VariantSpec, load_sweep
+from servebench.config import LongContextWorkload, SweepSpec, TargetSpec, VariantSpec, load_sweep
 from servebench.connections import store_problems
 from servebench.errors import GoldenSetError, PlanError
 from servebench.evals.golden import load_golden_set
@@ -27,6 +27,7 @@ from servebench.tokenize import tokenizer_problem
 from servebench.workloads import (
     TEMPLATE_OVERHEAD_MAX,
     draw_prompt_seed,
+    long_context_tokens,
     max_sequence_tokens,
 )
 
@@ -171,8 +172,14 @@ def _problems(spec: SweepSpec, path: str, settings: Settings) -> tuple[list[str]
             outside = adapter.image_problem(variant.image) if variant.image else None
             if outside:  # it may well run; what it does with our flags is unchecked
                 warnings.append(f"{at}.image: {variant.image}: {outside}")
+            for workload in spec.workloads:
+                if isinstance(workload, LongContextWorkload):
+                    try:
+                        long_context_tokens(workload, variant.max_model_len)
+                    except ValueError as exc:
+                        problems.append(f"{at}.max_model_len: {exc}")
             for name, tokens in longest.items():
-                if tokens + TEMPLATE_OVERHEAD_MAX > variant.max_model_len:
+                if tokens is not None and tokens + TEMPLATE_OVERHEAD_MAX > variant.max_model_len:
                     problems.append(
                         f"{at}.max_model_len: {variant.max_model_len} is too short for workload "
                         f"{name!r} ({tokens} tokens plus the chat template)")

@@ -1,7 +1,10 @@
 """Workloads: the chat messages a cell sends, with the token lengths they were built to have.
 
-Prompts are made of seeded random arithmetic text (in the local model's domain, so servers
-see realistic token statistics) cut to exact token counts with the serving stack's tokenizer.
+Prompts are cut to exact token counts with the serving stack's tokenizer from seeded random
+text: English prose by default (``text: natural``: a window of ``data/prose.txt``, the Python
+Language Reference's prose, at a random word), or arithmetic equations (``text: arithmetic``,
+the local model's domain). The text matters beyond its length: n-gram speculative decoding
+proposes tokens the prompt repeats, and equations repeat far more than prose does.
 
 Prompts belong to their cell: the text is seeded by the cell's *prompt key* (:func:`prompt_key`:
 the run's prompt seed, the workload, the load point, the release-gate repetition, the re-run
@@ -22,12 +25,15 @@ from __future__ import annotations
 import json
 import random
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from servebench.config import (
     ChatLengthsWorkload,
     FixedWorkload,
+    LongContextWorkload,
     MultiTurnWorkload,
     SharedPrefixWorkload,
     TraceWorkload,
@@ -57,6 +63,36 @@ class PromptItem:
     def template_slack(self) -> int:
         """How many tokens the chat template may add around this prompt's messages."""
         return max(TEMPLATE_OVERHEAD_MAX, TEMPLATE_OVERHEAD_PER_MESSAGE * len(self.messages))
+
+
+PROSE = Path(__file__).resolve().parent / "data" / "prose.txt"  # scripts/make_prose.py
+
+
+@lru_cache(maxsize=1)
+def _prose_words() -> tuple[str, ...]:
+    lines = PROSE.read_text().splitlines()
+    return tuple(" ".join(line for line in lines if not line.startswith("#")).split())
+
+
+def _prose(rng: random.Random, approx_tokens: int) -> str:
+    """Running prose from a random word of the corpus (wrapping at its end): enough words for
+    ``approx_tokens`` tokens of any tokenizer (a word is a token or more). A random word, not
+    a sentence start: two prompts of a cell begin alike about once in 25,000 pairs, so they
+    share no prefix the workload did not ask for."""
+    words = _prose_words()
+    start, n = rng.randrange(len(words)), approx_tokens + 16
+    return " ".join(words[(start + i) % len(words)] for i in range(n))
+
+
+@lru_cache(maxsize=1)
+def _vocabulary() -> tuple[str, ...]:
+    return tuple(sorted(set(_prose_words())))
+
+
+def _random_words(rng: random.Random, approx_tokens: int) -> str:
+    """Words drawn uniformly from the prose's vocabulary: text no phrase of which repeats."""
+    vocabulary = _vocabulary()
+    return " ".join(rng.choice(vocabulary) for _ in range(approx_tokens + 16))
 
 
 def _filler(rng: random.Random, approx_tokens: int) -> str:
@@ -132,16 +168,19 @@ def prompt_key(seed: int, workload: str, load_point: str, *, repetition: int = 0
 
 def build_prompts(workload: Workload, tokenizer: Tokenizer, seed: int,
                   root: Path | None = None, *, key: str | None = None,
-                  count: int | None = None) -> list[PromptItem]:
+                  count: int | None = None, max_model_len: int | None = None
+                  ) -> list[PromptItem]:
     """The prompts of a workload: lengths deterministic in ``seed``, text in ``key`` (a cell's
     :func:`prompt_key`; default: the seed alone); ``root`` resolves dataset paths; ``count``
-    builds only the first that many (a warm-up)."""
+    builds only the first that many (a warm-up); ``max_model_len``: the variant's, which a
+    ``long_context`` workload's lengths follow."""
     lengths_rng = random.Random(f"{seed}:{workload.name}")
     key = key if key is not None else f"{seed}:{workload.name}"
     rng = random.Random(key)
+    fill = {"natural": _prose, "random": _random_words, "arithmetic": _filler}[workload.text]
     if isinstance(workload, TraceWorkload):
         rows = trace_requests(workload, root or Path.cwd())
-        return _trace(rows if count is None else rows[:count], tokenizer, rng, key)
+        return _trace(rows if count is None else rows[:count], tokenizer, rng, key, fill)
     n_items = workload_requests(workload) if count is None else count
     if isinstance(workload, ChatLengthsWorkload):
         table = load_length_table((root or Path.cwd()) / workload.dataset)
@@ -151,21 +190,22 @@ def build_prompts(workload: Workload, tokenizer: Tokenizer, seed: int,
             n_in = min(n_in, workload.max_input_tokens or n_in)
             n_out = min(n_out, workload.max_output_tokens or n_out)
             n_in = max(n_in, 8)  # room for the closing question
-            text = _ending_in_question(tokenizer, _filler(rng, n_in), _question(rng), n_in)
+            text = _ending_in_question(tokenizer, fill(rng, n_in), _question(rng), n_in)
             items.append(PromptItem(_user(text), n_in, n_out))
         return items
     if isinstance(workload, MultiTurnWorkload):
-        return _multi_turn(workload, tokenizer, rng)[:n_items]
-    if isinstance(workload, FixedWorkload):
-        n = workload.input_tokens
+        return _multi_turn(workload, tokenizer, rng, fill)[:n_items]
+    if isinstance(workload, FixedWorkload | LongContextWorkload):
+        n = workload.input_tokens if isinstance(workload, FixedWorkload) else \
+            long_context_tokens(workload, max_model_len)
         return [
-            PromptItem(_user(_ending_in_question(tokenizer, _filler(rng, n), _question(rng), n)),
+            PromptItem(_user(_ending_in_question(tokenizer, fill(rng, n), _question(rng), n)),
                        n, workload.output_tokens)
             for _ in range(n_items)
         ]
     groups = min(workload.num_prefixes, n_items)
     prefixes = [
-        text_of_length(tokenizer, _filler(rng, workload.prefix_tokens), workload.prefix_tokens)
+        text_of_length(tokenizer, fill(rng, workload.prefix_tokens), workload.prefix_tokens)
         for _ in range(groups)
     ]
     total = workload.prefix_tokens + workload.suffix_tokens
@@ -173,7 +213,7 @@ def build_prompts(workload: Workload, tokenizer: Tokenizer, seed: int,
     for i in range(n_items):
         prefix = prefixes[i % workload.num_prefixes]
         # cut as one text so the count is exact across the seam; the prefix must survive whole
-        head = prefix + " " + _filler(rng, workload.suffix_tokens)
+        head = prefix + " " + fill(rng, workload.suffix_tokens)
         text = _ending_in_question(tokenizer, head, _question(rng), total)
         if not text.startswith(prefix):
             raise ValueError(f"workload {workload.name}: prefix changed when cut to {total} tokens")
@@ -194,7 +234,7 @@ def trace_requests(workload: TraceWorkload, root: Path) -> list[TraceRequest]:
 
 
 def _trace(rows: list[TraceRequest], tokenizer: Tokenizer, rng: random.Random,
-           key: str) -> list[PromptItem]:
+           key: str, fill: Callable[[random.Random, int], str]) -> list[PromptItem]:
     """A trace's prompts: each row's blocks as the same text wherever its chain recurs (drawn
     from the cell's key and the block's, so no other cell shares it), then text of the row's
     own to its input length; ``shared_tokens``: the leading blocks an earlier row sent."""
@@ -205,11 +245,11 @@ def _trace(rows: list[TraceRequest], tokenizer: Tokenizer, rng: random.Random,
         for block, tokens in row.blocks:
             if block not in texts:
                 texts[block] = text_of_length(
-                    tokenizer, _filler(random.Random(f"{key}:block:{block}"), tokens), tokens)
+                    tokenizer, fill(random.Random(f"{key}:block:{block}"), tokens), tokens)
         head = " ".join(texts[block] for block, _ in row.blocks)
         n_in = max(row.input_tokens, 8)  # room for the closing question
         question = _question(rng)
-        text = _ending_in_question(tokenizer, (head + " " if head else "") + _filler(rng, n_in),
+        text = _ending_in_question(tokenizer, (head + " " if head else "") + fill(rng, n_in),
                                    question, n_in)
         shared = 0
         for block, tokens in row.blocks:
@@ -224,6 +264,21 @@ def _trace(rows: list[TraceRequest], tokenizer: Tokenizer, rng: random.Random,
     return items
 
 
+def long_context_tokens(workload: LongContextWorkload, max_model_len: int | None) -> int:
+    """A long-context prompt's content tokens on a variant serving ``max_model_len``: its
+    share of the context, less the output and what the chat template may add."""
+    if max_model_len is None:
+        raise ValueError(f"workload {workload.name}: long_context needs the variant's "
+                         "max_model_len")
+    n = int(max_model_len * workload.context_share) - workload.output_tokens \
+        - TEMPLATE_OVERHEAD_MAX
+    if n < 8:
+        raise ValueError(f"workload {workload.name}: {workload.context_share:g} of "
+                         f"max_model_len {max_model_len} leaves {n} prompt tokens after "
+                         f"{workload.output_tokens} output tokens and the template")
+    return n
+
+
 def workload_requests(workload: Workload) -> int:
     """How many prompts one pass of a workload sends (a trace's: ``trace_requests``)."""
     if isinstance(workload, MultiTurnWorkload):
@@ -231,8 +286,8 @@ def workload_requests(workload: Workload) -> int:
     return workload.num_requests
 
 
-def _multi_turn(workload: MultiTurnWorkload, tokenizer: Tokenizer,
-                rng: random.Random) -> list[PromptItem]:
+def _multi_turn(workload: MultiTurnWorkload, tokenizer: Tokenizer, rng: random.Random,
+                fill: Callable[[random.Random, int], str]) -> list[PromptItem]:
     """Turn-major order (every conversation's turn 1, then turn 2, ...) so that a closed loop
     sends a conversation's next turn after its previous one, as a user would. A turn shares
     its conversation's history (every earlier message) with the turn before it."""
@@ -241,20 +296,23 @@ def _multi_turn(workload: MultiTurnWorkload, tokenizer: Tokenizer,
     for _ in range(workload.num_conversations):
         turns, history, tokens = [], [], 0
         for _ in range(workload.turns):
-            user = _ending_in_question(tokenizer, _filler(rng, n), _question(rng), n)
+            user = _ending_in_question(tokenizer, fill(rng, n), _question(rng), n)
             history = history + [{"role": "user", "content": user}]
             turns.append(PromptItem(list(history), tokens + n, k_out, shared_tokens=tokens))
             tokens += n
             # the assistant's reply stands in for what the server said (same length asked)
-            reply = text_of_length(tokenizer, _filler(rng, k_out), k_out)
+            reply = text_of_length(tokenizer, fill(rng, k_out), k_out)
             history = history + [{"role": "assistant", "content": reply}]
             tokens += k_out
         conversations.append(turns)
     return [conv[t] for t in range(workload.turns) for conv in conversations]
 
 
-def max_sequence_tokens(workload: Workload, root: Path) -> int:
-    """The longest prompt + output a workload asks for (content tokens, before the template)."""
+def max_sequence_tokens(workload: Workload, root: Path) -> int | None:
+    """The longest prompt + output a workload asks for (content tokens, before the template);
+    None for a long-context workload, which each variant's own max_model_len sizes."""
+    if isinstance(workload, LongContextWorkload):
+        return None
     if isinstance(workload, FixedWorkload):
         return workload.input_tokens + workload.output_tokens
     if isinstance(workload, SharedPrefixWorkload):

@@ -1,7 +1,8 @@
 """The workload kinds beyond fixed and shared-prefix, each against a real llama-server through
 the VariantRunner the DAG uses: a trace replayed at its own arrival times (Mooncake's format,
 the committed sample made by scripts/make_trace.py, twice as fast), chat lengths drawn from
-the shipped table, and multi-turn conversations whose history grows.
+the shipped table, multi-turn conversations whose history grows, long-context prompts near
+the variant's limit and random-word prompts; and the search for the most load within SLO.
 
 Needs `make setup` (llama.cpp and the local model).
 """
@@ -32,6 +33,10 @@ def result(tmp_path_factory):
          "num_requests": 12, "max_input_tokens": 200, "max_output_tokens": 64},
         {"kind": "multi_turn", "name": "turns", "num_conversations": 3, "turns": 3,
          "turn_input_tokens": 24, "output_tokens": 8},
+        {"kind": "long_context", "name": "long", "context_share": 0.9, "output_tokens": 16,
+         "num_requests": 6},
+        {"kind": "fixed", "name": "random", "text": "random", "input_tokens": 64,
+         "output_tokens": 16, "num_requests": 8},
     ]
     data["load"] = {"concurrency": [2], "max_concurrency": 8, "warmup_requests": 2,
                     "request_timeout_s": 60}
@@ -82,6 +87,20 @@ def test_chat_lengths_vary_and_are_kept_exactly(result):
     assert len({r["prompt_tokens_requested"] for r in sent}) > 1
     assert all(r["output_tokens"] == r["output_tokens_requested"] <= 64 for r in sent)
     assert all(r["prompt_tokens_requested"] <= 200 for r in sent)
+
+
+def test_long_context_prompts_reach_near_the_variants_limit(result):
+    cell = _cell(result, "long")
+    sent = [r for r in result.requests if r["cell_id"] == cell["cell_id"] and not r["warmup"]]
+    # 0.9 of the variant's 512, less 16 output tokens and the template's 16: served whole
+    assert {r["prompt_tokens_requested"] for r in sent} == {int(512 * 0.9) - 16 - 16}
+    assert all(r["prompt_tokens"] + r["output_tokens"] <= 512 for r in sent)
+    assert cell["n_ok"] == 6 and cell["prefix_cache_expected"] < 0.05
+
+
+def test_random_word_prompts_are_served_like_any_other(result):
+    cell = _cell(result, "random")
+    assert cell["n_ok"] == 8 and cell["prefix_cache_hit_rate"] < 0.05
 
 
 def test_multi_turn_history_is_served_from_the_cache(result):
@@ -173,3 +192,39 @@ def test_a_trace_and_an_slo_search_from_yaml_land_in_parquet_and_the_digest(tmp_
     assert slo["status"] == "ok" and 1 <= slo["max_load_within_slo"] <= 4
     [digest] = (tmp_path / "data" / "digests").rglob("*.md")
     assert "## Load within SLO" in digest.read_text()
+
+
+def test_vllm_replays_a_trace_and_searches_its_load_within_slo(tmp_path):
+    """The same two from the spec against vLLM's CPU build (the local sweep's f32 variant,
+    automatic prefix caching on, KV blocks of the trace's 32 tokens): the trace's shared
+    blocks reach its cache, and the search keeps a probe that held."""
+    import json
+
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    [vllm] = [t for t in data["targets"] if t["name"] == "adder-vllm"]
+    data.update(
+        cross_stack=[], golden_sets=[], slos={"ttft_ms": 2000},
+        workloads=[{"kind": "trace", "name": "trace", "path": TRACE, "block_tokens": 32,
+                    "time_scale": 0.5, "max_requests": 24},
+                   {"kind": "fixed", "name": "fixed", "input_tokens": 32, "output_tokens": 16,
+                    "num_requests": 8}],
+        load={"slo_search": {"over": "concurrency", "low": 1, "high": 4, "max_probes": 3},
+              "warmup_requests": 1, "request_timeout_s": 120},
+        # its CPU build caches whole 128-token blocks unless told: the trace's are 32
+        targets=[{**vllm, "golden_sets": [], "variants": [
+            {**vllm["variants"][0], "extra_args": ["--block-size", "32"]}]}])
+    spec = parse_sweep(data, "test")
+    target = spec.targets[0]
+    result = VariantRunner(spec, target, target.variants[0], run_id="t",
+                           settings=get_settings(),
+                           provisioner=LocalProvisioner(tmp_path)).run()
+    cells = {c["load_point"]: c for c in result.cells}
+    trace, slo = cells["trace"], cells["slo"]
+    for cell in (trace, slo):
+        assert cell["status"] == "ok" or str(cell["reason"]).startswith("client_saturated"), \
+            cell["reason"]
+    assert trace["n_ok"] == 24 and trace["prefix_cache_expected"] > 0.2
+    assert trace["prefix_cache_hit_rate"] > 0.1
+    probes = json.loads(slo["slo_probes_json"])
+    assert probes[0]["load"] == 1 and slo["max_load_within_slo"] >= 1
+    assert slo["concurrency"] == slo["max_load_within_slo"]

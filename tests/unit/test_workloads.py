@@ -134,3 +134,69 @@ def test_shared_tokens_are_what_the_workload_declares(tok):
                               turn_input_tokens=20, output_tokens=6)
     # turn k shares its conversation's history: every earlier user and assistant message
     assert [i.shared_tokens for i in build_prompts(multi, tok, 1)] == [0, 0, 26, 26, 52, 52]
+
+
+def test_prompts_are_prose_by_default_and_equations_when_asked(tok):
+    natural = FixedWorkload(kind="fixed", name="f", input_tokens=96, output_tokens=4,
+                            num_requests=24)
+    items = build_prompts(natural, tok, seed=1, key="cell")
+    texts = [i.messages[0]["content"] for i in items]
+    assert all(len(tok.encode(t)) == 96 for t in texts)
+    body = texts[0].rsplit(" ", 1)[0]  # before the closing question
+    assert sum(c.isalpha() or c == " " for c in body) / len(body) > 0.85  # words, not sums
+    # from random words: no two prompts of the cell begin alike
+    heads = [tuple(tok.encode(t)[:8]) for t in texts]
+    assert len(set(heads)) == len(heads)
+    arithmetic = natural.model_copy(update={"text": "arithmetic"})
+    sums = build_prompts(arithmetic, tok, seed=1, key="cell")[0].messages[0]["content"]
+    assert "+" in sums and sum(c.isdigit() for c in sums) > len(sums) / 3
+
+
+def test_the_shipped_prose_is_the_corpus_prompts_are_cut_from():
+    from servebench.workloads import PROSE, _prose_words
+
+    assert PROSE.read_text().startswith("# The prose of the Python Language Reference")
+    assert len(_prose_words()) > 20000  # a random word start: prompts rarely begin alike
+
+
+def test_long_context_prompts_fill_each_variants_own_context(tok):
+    from servebench.config import LongContextWorkload
+    from servebench.workloads import TEMPLATE_OVERHEAD_MAX, long_context_tokens
+
+    w = LongContextWorkload(kind="long_context", name="long", context_share=0.9,
+                            output_tokens=16, num_requests=3)
+    items = build_prompts(w, tok, seed=1, key="k", max_model_len=512)
+    assert {i.input_tokens for i in items} == {int(512 * 0.9) - 16 - TEMPLATE_OVERHEAD_MAX}
+    assert all(len(tok.encode(i.messages[0]["content"])) == i.input_tokens for i in items)
+    # another variant's context, another length; none at all is an error that says so
+    assert build_prompts(w, tok, seed=1, key="k", max_model_len=256)[0].input_tokens == 198
+    with pytest.raises(ValueError, match="needs the variant's max_model_len"):
+        build_prompts(w, tok, seed=1)
+    with pytest.raises(ValueError, match="leaves 4 prompt tokens"):
+        long_context_tokens(w.model_copy(update={"context_share": 0.5}), 72)
+
+
+def test_random_text_is_words_in_no_order(tok):
+    w = FixedWorkload(kind="fixed", name="f", input_tokens=200, output_tokens=4,
+                      num_requests=2, text="random")
+    words = build_prompts(w, tok, seed=1, key="k")[0].messages[0]["content"].split()[:-1]
+    assert all(c.isascii() for c in " ".join(words))
+    pairs = list(zip(words, words[1:], strict=False))
+    assert len(set(pairs)) == len(pairs)  # no phrase repeats
+
+
+def test_a_long_context_that_cannot_fit_a_variant_is_refused_at_plan(tmp_path):
+    from servebench.config import parse_sweep
+    from servebench.errors import PlanError
+    from servebench.plan import plan_spec
+
+    spec = parse_sweep({
+        "name": "s", "price_per_hour": 1.0, "load": {"concurrency": [1]},
+        "workloads": [{"kind": "long_context", "name": "long", "output_tokens": 400,
+                       "num_requests": 2}],
+        "targets": [{"name": "t", "stack": "llama_cpp", "variants": [
+            {"name": "v", "model": "build/models/adder-3m-f16.gguf", "max_model_len": 256}]}],
+    }, "s.yaml")
+    with pytest.raises(PlanError, match=r"variants\[0\]\(name=v\)\.max_model_len: workload "
+                                        r"long: 0.9 of max_model_len 256"):
+        plan_spec(spec, "s.yaml")
