@@ -129,22 +129,10 @@ def _trends_replay(history_path: str, out: str) -> int:
     return 0
 
 
-def _pct(a: float | None, b: float | None) -> str:
-    import math
-
-    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)) or a == 0:
-        return "-"
-    return f"{100 * (b / a - 1):+.1f}%"
-
-
-COMPARED = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
-            ("e2e_ms_p95", "E2E p95"), ("output_throughput", "out tok/s"))
-CELL_KEY = ["target", "variant", "workload", "load_point"]
-
-
 def compare_runs(run_a: str, run_b: str) -> Table:
-    """Cell by cell: each compared statistic a -> b with its change, both statuses and gate
-    verdicts (cells present in one run only are listed with '-' on the other side)."""
+    """Cell by cell (``servebench.compare``): each compared statistic a -> b with its change,
+    both statuses and gate verdicts (a cell one run lacks shows '-' on that side)."""
+    from servebench.compare import COMPARED, compare_cells
     from servebench.connections import open_store
 
     store = open_store(get_settings())
@@ -152,8 +140,6 @@ def compare_runs(run_a: str, run_b: str) -> Table:
     for run in (run_a, run_b):
         if not (cells["run_id"] == run).any():
             raise click.BadParameter(f"run {run!r} is not committed in {store.uri}")
-    a = cells[cells["run_id"] == run_a].set_index(CELL_KEY)
-    b = cells[cells["run_id"] == run_b].set_index(CELL_KEY)
     table = Table(title=f"{run_a} -> {run_b}")
     for name in ("target / variant", "workload", "load"):
         table.add_column(name)
@@ -161,15 +147,14 @@ def compare_runs(run_a: str, run_b: str) -> Table:
         table.add_column(label, justify="right")
     table.add_column("status")
     table.add_column("gate")
-    for key in sorted(set(a.index) | set(b.index), key=lambda k: tuple(map(str, k))):
-        ra = a.loc[key].to_dict() if key in a.index else {}
-        rb = b.loc[key].to_dict() if key in b.index else {}
-        row = [f"{key[0]} / {key[1]}", str(key[2]), str(key[3])]
+    for r in compare_cells(cells, run_a, run_b):
+        row = [f"{r['target']} / {r['variant']}", str(r["workload"]), str(r["load_point"])]
         for column, _ in COMPARED:
-            va, vb = ra.get(column), rb.get(column)
-            row.append(f"{fmt_num(va)} -> {fmt_num(vb)} ({_pct(va, vb)})")
-        row.append(f"{ra.get('status', '-')} -> {rb.get('status', '-')}")
-        row.append(f"{ra.get('gate_verdict') or '-'} -> {rb.get('gate_verdict') or '-'}")
+            va, vb, pct = r[column]
+            row.append(f"{fmt_num(va)} -> {fmt_num(vb)} "
+                       f"({'-' if pct is None else f'{pct:+.1f}%'})")
+        row.append(" -> ".join(s or "-" for s in r["status"]))
+        row.append(" -> ".join(g or "-" for g in r["gate"]))
         table.add_row(*row)
     return table
 
