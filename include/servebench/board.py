@@ -2,24 +2,31 @@
 servebench_plugin.py`` mounts :func:`create_app` in the API server), read from the results
 store the DAGs publish to.
 
-One page, newest first: the latest runs (cells ok / invalid / failed, what they paid, a link to
-each run's HTML report), what the last nights raised (regressions, improvements, newly failing
-cells, host changes, gate failures), the quality-gate verdicts of the latest run of each sweep,
-the release gates' verdicts of the last weeks (``gate_verdicts``) and, per target, a trend
-chart of its variants over the last nights (output tok/s and TTFT p95, change nights marked).
-Every value from a run is escaped; the charts are inline PNGs, so the page works inside the
-UI's iframe and behind a proxy alike.
+The board, newest first: the latest runs (cells ok / invalid / failed, what they paid, a link
+to each run's HTML report), what the last nights raised (regressions, improvements, newly
+failing cells, host changes, gate failures), the quality-gate verdicts of the latest run of
+each sweep, the release gates' verdicts of the last weeks (``gate_verdicts``) and, per target,
+trend charts of its variants over the last nights (change nights marked), narrowed by a form
+(target, variant, workload, load point, metric, nights), and the latest night's latency vs
+throughput curve of each variant across its load points. Each finding links to its page
+(``render_finding``: the series' chart with the noise band, before -> after, the provenance of
+the runs on either side of the change, both runs' reports); two runs can be put side by side
+(``render_compare``, what ``servebench compare`` prints). Every value from a run is escaped;
+the charts are inline PNGs, so the pages work inside the UI's iframe and behind a proxy alike.
 """
 
 from __future__ import annotations
 
 import base64
 import logging
+from dataclasses import dataclass
 from html import escape
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 if TYPE_CHECKING:  # the plugin imports this module in every Airflow process: keep it light
+    import pandas as pd
+
     from servebench.results.store import ResultStore
     from servebench.settings import Settings
 
@@ -41,6 +48,8 @@ th, td { border: 1px solid #d5dbe1; padding: 3px 7px; } td.num { text-align: rig
 th { background: #f1f4f7; } .regression, .gate_failure, .newly_failing { color: #c0392b; }
 .improvement { color: #1e8449; } .host_change { color: #b9770e; }
 img { max-width: 100%; border: 1px solid #eee; margin: 6px 8px 12px 0; }
+form.filters label { margin-right: 10px; } tr.differs td { background: #fff4e5; }
+tr.same td { color: #6b7785; }
 code { background: #f4f4f4; padding: 1px 4px; } .muted { color: #6b7785; }
 """
 
@@ -56,16 +65,16 @@ def _num(value, fmt: str) -> str:
     return "-" if value is None or pd.isna(value) else format(value, fmt)
 
 
-def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN) -> str:
-    """The board's HTML from what ``store`` has committed."""
-    from servebench.notify.charts import variants_trend_chart
+def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
+                 view: TrendView | None = None) -> str:
+    """The board's HTML from what ``store`` has committed; ``view`` narrows its trends."""
+    from servebench.notify.charts import latency_throughput_chart, variants_trend_chart
     from servebench.notify.digest import KIND_TITLES, alert_line, fmt_text, gate_lines
     from servebench.trends.nightly import load_history
 
-    out = [("<!doctype html><html><head><meta charset='utf-8'><title>servebench: "
-            f"Benchmarks</title><style>{STYLE}</style></head><body>"),
-           "<h1>servebench benchmarks</h1>",
-           f"<p class='muted'>results: <code>{escape(store.uri)}</code></p>"]
+    out = [_head("servebench: Benchmarks"), "<h1>servebench benchmarks</h1>",
+           f"<p class='muted'>results: <code>{escape(store.uri)}</code> · "
+           "<a href='compare'>compare two runs</a></p>"]
     runs = store.read_table("runs").to_pandas()
     if runs.empty:
         out.append("<p>No committed runs yet: trigger <code>nightly_benchmark</code>.</p>")
@@ -105,7 +114,8 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN) -> str:
                     else f"{row['target']} / {row['variant']}: {fmt_text(row.get('reason'))}")
             out.append(f"<li>{escape(fmt_text(row['run_date']))}: {escape(line)}"
                        + (f"; cause: {escape(fmt_text(row['cause']))}"
-                          if kind in ("regression", "improvement") else "") + "</li>")
+                          if kind in ("regression", "improvement") else "")
+                       + f" {_finding_link(row)}</li>")
         out.append("</ul>")
 
     latest = runs.drop_duplicates(["sweep_name", "dag_id"])  # newest run of each sweep
@@ -120,19 +130,222 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN) -> str:
 
     out += _release_gates(store)
 
-    out.append("<h2>Trends</h2>")
+    import pandas as pd
+
+    out.append("<h2 id='trends'>Trends</h2>")
+    view = view or TrendView()
+    histories = {r["run_id"]: load_history(store, r["run_id"]) for r in latest.to_dict("records")}
+    out.append(_trend_form(view, pd.concat([h[2] for h in histories.values()],
+                                           ignore_index=True)))
     for r in latest.to_dict("records"):
-        _, _, series = load_history(store, r["run_id"])
+        _, cells, series = histories[r["run_id"]]
         sweep_alerts = alerts[alerts["run_id"].isin(runs[runs["sweep_name"] == r["sweep_name"]]
                                                     ["run_id"])]
-        for target in sorted(series["target"].dropna().unique()):
-            pngs = [png for metric in TREND_METRICS
-                    if (png := variants_trend_chart(series, target, metric, sweep_alerts))]
-            if pngs:
+        shown = view.select(series)
+        for target in sorted(shown["target"].dropna().unique()):
+            pngs = [png for metric in view.metrics()
+                    if (png := variants_trend_chart(shown, target, metric, sweep_alerts,
+                                                    nights=view.nights))]
+            tonight = cells[cells["run_id"] == r["run_id"]]
+            curve = latency_throughput_chart(view.select(tonight), target)
+            if pngs or curve:
                 out.append(f"<h3>{escape(r['sweep_name'])} / {escape(target)}</h3>")
                 out += [_img(png, f"{target} trend") for png in pngs]
+                if curve:
+                    out.append(_img(curve, f"{target}: latency vs throughput, latest night"))
     out.append("</body></html>")
     return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class TrendView:
+    """What the trend section draws: every value None is all of them."""
+
+    target: str | None = None
+    variant: str | None = None
+    workload: str | None = None
+    load_point: str | None = None
+    metric: str | None = None
+    nights: int | None = None  # the charts' own default
+
+    def select(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """The rows of ``frame`` (series or cells) the view keeps."""
+        for column in ("target", "variant", "workload", "load_point"):
+            value = getattr(self, column)
+            if value and column in frame.columns:
+                frame = frame[frame[column] == value]
+        return frame
+
+    def metrics(self) -> tuple[str, ...]:
+        return (self.metric,) if self.metric else TREND_METRICS
+
+
+def _trend_form(view: TrendView, series: pd.DataFrame) -> str:
+    """A GET form narrowing the trends: one select per dimension, from what the series hold."""
+    from servebench.notify.charts import NIGHTS_SHOWN
+    from servebench.trends.series import metric_label
+
+    def select(name: str, options: list[str], labels: dict | None = None) -> str:
+        chosen = getattr(view, name)
+        items = ["<option value=''>all</option>"] + [
+            f"<option value='{escape(o, quote=True)}'{' selected' if o == chosen else ''}>"
+            f"{escape((labels or {}).get(o, o))}</option>" for o in options]
+        return f"<label>{name.replace('_', ' ')} <select name='{name}'>{''.join(items)}" \
+               "</select></label>"
+
+    def values(column: str) -> list[str]:
+        return sorted(str(v) for v in series[column].dropna().unique()) \
+            if column in series.columns else []
+
+    metrics = values("metric")
+    return ("<form class='filters' method='get' action='#trends'>"
+            + "".join(select(c, values(c)) for c in ("target", "variant", "workload",
+                                                         "load_point"))
+            + select("metric", metrics, {m: metric_label(m) for m in metrics})
+            + "<label>nights <input name='nights' type='number' min='2' max='365' "
+              f"value='{view.nights or ''}' placeholder='{NIGHTS_SHOWN}'></label> "
+              "<button type='submit'>show</button></form>")
+
+
+def _finding_link(row: dict) -> str:
+    """Where a raised line leads: its finding's page, or the report of the run that raised
+    a failing cell or a gate failure."""
+    if row["kind"] in ("regression", "improvement", "host_change") and row.get("series_id"):
+        href = f"finding?run_id={quote(row['run_id'])}&series_id={quote(row['series_id'])}"
+        return f"(<a class='finding' href='{escape(href, quote=True)}'>chart, what changed</a>)"
+    return f"(<a href='{_report_href(row['run_id'])}'>report</a>)"
+
+
+def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | None:
+    """A raised change's page: its series' chart (change night, before and after levels, the
+    before level's noise band), before -> after, its cause, the provenance of the runs on
+    either side of the change night side by side (what differs first), and both runs'
+    reports. None when run ``run_id`` raised nothing for ``series_id``."""
+    import numpy as np
+
+    from servebench.notify.charts import trend_chart
+    from servebench.notify.digest import alert_line, fmt_text
+    from servebench.trends.attribution import CELL_PROVENANCE, cell_at
+    from servebench.trends.detect import noise_sigma
+    from servebench.trends.nightly import load_history
+
+    alerts = store.read_table("regressions", run_ids=[run_id]).to_pandas()
+    found = alerts[alerts["series_id"] == series_id]
+    if found.empty:
+        return None
+    alert = found.iloc[0].to_dict()
+    runs, cells, series = load_history(store, run_id)
+    points = series[series["series_id"] == series_id].sort_values("night")
+    change = runs[runs["run_id"] == alert.get("change_run_id")]
+    night = int(change["night"].iloc[0]) if not change.empty else None
+    before_values = points[points["night"] < night]["value"].to_numpy() if night else []
+    noise = noise_sigma(np.asarray(before_values, float)) if len(before_values) >= 4 else None
+    title = f"{alert['kind'].replace('_', ' ')}: {alert_line(alert)}"
+    out = [_head("servebench: finding"), "<p><a href='./'>&larr; benchmarks</a></p>",
+           f"<h1 class='{escape(alert['kind'])}'>{_inline(title)}</h1>",
+           f"<p>cause: <strong>{escape(fmt_text(alert.get('cause')))}</strong></p>"]
+    if not points.empty:
+        out.append(_img(trend_chart(points, alert, noise=noise, nights=len(points)),
+                        f"{series_id} over the nights"))
+    out.append("<table><tr><th></th><th>before</th><th>after</th><th>change</th></tr>"
+               f"<tr><td>level</td><td class='num'>{_num(alert.get('before'), '.4g')}</td>"
+               f"<td class='num'>{_num(alert.get('after'), '.4g')}</td>"
+               f"<td class='num'>{_num(alert.get('change_pct'), '+.1f')}%</td></tr>"
+               f"<tr><td>noise (σ of the nights before)</td><td class='num'>"
+               f"{_num(noise, '.3g')}</td><td></td><td></td></tr></table>")
+    if night:
+        prior, after = runs[runs["night"] == night - 1], change
+        sides = [(r.iloc[0].to_dict() if not r.empty else {}) for r in (prior, after)]
+        row = {k: alert.get(k) for k in ("target", "stack", "variant", "workload",
+                                         "load_point")}
+        cells_of = [cell_at(cells, side["run_id"], row) or {} if side else {} for side in sides]
+        out.append("<h2>Provenance around the change</h2><table class='provenance'><tr>"
+                   "<th>what</th>" + "".join(
+                       f"<th>{escape(fmt_text(side.get('run_date')))} "
+                       f"<code>{escape(fmt_text(side.get('run_id')))}</code> "
+                       f"(<a href='{_report_href(side.get('run_id'))}'>report</a>)</th>"
+                       for side in sides) + "</tr>")
+        facts = [(k, *(c.get(k) for c in cells_of)) for k in (*CELL_PROVENANCE,
+                                                                 "measuring_code")]
+        facts += [(k, *(side.get(k) for side in sides)) for k in ("suite_git_sha",
+                                                                      "sweep_hash")]
+        facts.sort(key=lambda f: fmt_text(f[1]) == fmt_text(f[2]))  # what differs first
+        for key, a, b in facts:
+            differs = fmt_text(a) != fmt_text(b)
+            out.append(f"<tr class='{'differs' if differs else 'same'}'><td>{escape(key)}</td>"
+                       f"<td>{_short(a)}</td><td>{_short(b)}</td></tr>")
+        out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(out)
+
+
+def render_compare(store: ResultStore, run_a: str | None, run_b: str | None) -> str:
+    """Two runs side by side, cell by cell (``servebench.compare``): pick them from the
+    latest runs; each compared statistic a -> b with its change, statuses, gate verdicts."""
+    from servebench.compare import COMPARED, compare_cells
+    from servebench.notify.digest import fmt_num, fmt_text
+
+    runs = store.read_table("runs").to_pandas()
+    runs = runs.sort_values(["logical_date", "finished_at"], ascending=False)
+    ids = runs["run_id"].tolist()
+    if not run_b and ids:
+        run_b = ids[0]
+    if not run_a and len(ids) > 1:
+        run_a = ids[1]
+
+    def pick(name: str, chosen: str | None) -> str:
+        options = "".join(
+            f"<option value='{escape(r['run_id'], quote=True)}'"
+            f"{' selected' if r['run_id'] == chosen else ''}>{escape(fmt_text(r['run_date']))}"
+            f" {escape(r['run_id'])}</option>" for r in runs.head(60).to_dict("records"))
+        return f"<label>{name} <select name='{name}'>{options}</select></label>"
+
+    out = [_head("servebench: compare"), "<p><a href='./'>&larr; benchmarks</a></p>",
+           "<h1>Two runs side by side</h1>",
+           f"<form method='get'>{pick('a', run_a)} {pick('b', run_b)} "
+           "<button type='submit'>compare</button></form>"]
+    if not run_a or not run_b:
+        return "\n".join([*out, "<p>Two committed runs are needed.</p></body></html>"])
+    cells = store.read_table("cells", run_ids=[run_a, run_b]).to_pandas()
+    out.append("<table class='compare'><tr><th>target / variant</th><th>workload</th>"
+               "<th>load</th>" + "".join(f"<th>{escape(label)}</th>" for _, label in COMPARED)
+               + "<th>status</th><th>gate</th></tr>")
+    for r in compare_cells(cells, run_a, run_b) if not cells.empty else []:
+        tds = []
+        for column, _ in COMPARED:
+            va, vb, pct = r[column]
+            tds.append(f"<td class='num'>{fmt_num(va)} &rarr; {fmt_num(vb)} "
+                       f"({'-' if pct is None else f'{pct:+.1f}%'})</td>")
+        out.append(f"<tr><td>{escape(str(r['target']))} / {escape(str(r['variant']))}</td>"
+                   f"<td>{escape(str(r['workload']))}</td><td>{escape(str(r['load_point']))}"
+                   "</td>" + "".join(tds)
+                   + f"<td>{escape(' → '.join(s or '-' for s in r['status']))}</td>"
+                   f"<td>{escape(' → '.join(g or '-' for g in r['gate']))}</td></tr>")
+    out.append("</table></body></html>")
+    return "\n".join(out)
+
+
+def _report_href(run_id) -> str:
+    return escape(f"report?run_id={quote(str(run_id))}", quote=True)
+
+
+def _head(title: str) -> str:
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
+            f"<style>{STYLE}</style></head><body>")
+
+
+def _inline(text: str) -> str:
+    from servebench.notify.html import _inline_md
+
+    return _inline_md(text)
+
+
+def _short(value) -> str:
+    from servebench.notify.digest import fmt_text
+
+    text = fmt_text(value)
+    return f"<code title='{escape(text, quote=True)}'>{escape(text[:80])}" \
+           f"{'…' if len(text) > 80 else ''}</code>"
 
 
 def _release_gates(store: ResultStore) -> list[str]:
@@ -183,8 +396,10 @@ def run_report(store: ResultStore, run_id: str) -> str | None:
 
 
 def create_app(settings: Settings | None = None):
-    """The FastAPI app the plugin mounts: ``/`` the board, ``/report?run_id=`` a run's HTML
-    report. Reading it takes the right to read the DAG runs whose results it shows."""
+    """The FastAPI app the plugin mounts: ``/`` the board (its trends narrowed by query
+    parameters), ``/finding?run_id=&series_id=`` a raised change's page, ``/compare?a=&b=``
+    two runs side by side, ``/report?run_id=`` a run's HTML report. Reading any of it takes
+    the right to read the DAG runs whose results it shows."""
     from airflow.api_fastapi.auth.managers.models.resource_details import (
         DagAccessEntity,
     )
@@ -202,8 +417,28 @@ def create_app(settings: Settings | None = None):
         return open_store(settings or get_settings())
 
     @app.get("/", response_class=HTMLResponse)
-    def board() -> str:  # sync: FastAPI runs it in its thread pool (Parquet, matplotlib)
-        return render_board(store())
+    def board(target: str | None = None, variant: str | None = None,
+              workload: str | None = None, load_point: str | None = None,
+              metric: str | None = None, nights: str | None = None) -> str:
+        # sync: FastAPI runs it in its thread pool (Parquet, matplotlib). Empty fields are
+        # the form's "all"; nights is read leniently (a cleared box is the default)
+        view = TrendView(target or None, variant or None, workload or None,
+                         load_point or None, metric or None,
+                         int(nights) if nights and nights.isdigit() and int(nights) > 1
+                         else None)
+        return render_board(store(), view=view)
+
+    @app.get("/finding", response_class=HTMLResponse)
+    def finding(run_id: str, series_id: str) -> str:
+        page = render_finding(store(), run_id, series_id)
+        if page is None:
+            raise HTTPException(status_code=404,
+                                detail=f"run {run_id} raised nothing for {series_id}")
+        return page
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare(a: str | None = None, b: str | None = None) -> str:
+        return render_compare(store(), a, b)
 
     @app.get("/report", response_class=HTMLResponse)
     def report(run_id: str) -> str:

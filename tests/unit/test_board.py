@@ -15,9 +15,11 @@ def store(synthetic_history):
 
 def test_the_board_shows_runs_alerts_gates_and_trends(store):
     page = render_board(store)
-    assert "<h2>Latest runs</h2>" in page and page.count("report?run_id=") == 15
+    latest = page.split("<h2>Latest runs</h2>")[1].split("<h2>")[0]
+    assert latest.count("report?run_id=") == 15
     assert "Quality gate (latest run of each sweep)" in page
-    assert page.count("data:image/png;base64,") == 2  # output tok/s and TTFT p95 of target t
+    # output tok/s and TTFT p95 of target t, and its latest night's latency vs throughput
+    assert page.count("data:image/png;base64,") == 3
     runs = store.read_table("runs").to_pandas().sort_values("run_date")
     assert str(runs["run_date"].iloc[-1]) in page and str(runs["run_date"].iloc[0]) not in page
 
@@ -101,3 +103,68 @@ def test_release_gate_verdicts_are_listed_with_what_did_not_pass(tmp_path):
     new, old = (r for r in page.splitlines() if "<code>gate-" in r)
     assert "gate-new" in new and "blocked" in new and "fixed c4 TTFT p95: fail +40.0% worse" in new
     assert "gate-old" in old and "may ship" in old and "<td>none</td>" in old
+
+
+def test_a_finding_links_to_its_chart_and_the_provenance_around_it(store):
+    """The 30-night history's regression (q4's TTFT p95 +15% from night 20, when the engine
+    version changed), clicked through from the board: its page names the cause, draws the
+    series, and puts the runs on either side of the change night side by side, the engine
+    version first among what differs."""
+    import re
+    from html import unescape
+
+    from servebench.board import render_finding
+
+    alerts = store.read_table("regressions").to_pandas()
+    regression = alerts[alerts["kind"] == "regression"].iloc[0]
+    client, access = _client(store)
+    client.app.dependency_overrides[access] = lambda: None
+    # the board lists findings of the last week only; the page serves any raised one
+    page = render_finding(store, regression["run_id"], regression["series_id"])
+    assert "engine_version" in page and "cause: <strong>" in page
+    assert page.count("data:image/png;base64,") == 1
+    rows = re.findall(r"<tr class='(differs|same)'><td>([^<]+)</td>", page)
+    assert rows[0] == ("differs", "engine_version") and ("same", "sampling_hash") in rows
+    assert page.count("report?run_id=") == 2  # both runs' reports
+    served = client.get("/finding", params={"run_id": regression["run_id"],
+                                            "series_id": regression["series_id"]})
+    assert served.status_code == 200 and unescape(served.text) == unescape(page)
+    assert client.get("/finding", params={"run_id": regression["run_id"],
+                                          "series_id": "nope"}).status_code == 404
+
+
+def test_the_boards_raised_lines_link_to_their_pages(store):
+    page = render_board(store)
+    raised = page.split("Raised in the last")[1].split("<h2>Quality gate")[0]
+    # a failing cell and a gate failure lead to the report of the run that raised them
+    assert raised.count("report?run_id=") == raised.count("<li>") >= 2
+
+
+def test_the_trends_narrow_to_one_variant_and_metric(store):
+    from servebench.board import TrendView
+
+    everything = render_board(store)
+    one = render_board(store, view=TrendView(variant="q4", metric="ttft_ms_p95", nights=10))
+    charts = everything.split("id='trends'")[1].count("data:image/png;base64,")
+    # both metrics and the latency vs throughput curve; then one metric and the curve
+    assert charts == 3
+    assert one.split("id='trends'")[1].count("data:image/png;base64,") == 2
+    assert "<option value='q4' selected>" in one and "value='10'" in one
+    client, access = _client(store)
+    client.app.dependency_overrides[access] = lambda: None
+    served = client.get("/", params={"variant": "q4", "metric": "ttft_ms_p95",
+                                     "nights": "10", "workload": ""})
+    assert served.status_code == 200 and "<option value='q4' selected>" in served.text
+
+
+def test_two_runs_side_by_side(store):
+    runs = store.read_table("runs").to_pandas().sort_values("run_date")
+    before, after = runs["run_id"].iloc[19], runs["run_id"].iloc[20]
+    client, access = _client(store)
+    client.app.dependency_overrides[access] = lambda: None
+    page = client.get("/compare", params={"a": before, "b": after}).text
+    assert "Two runs side by side" in page
+    assert f"<option value='{before}' selected>" in page
+    assert page.count("<tr><td>t / ") == 2 * 1  # two variants, one workload and load point
+    assert "%)" in page and "ok → ok" in page
+    assert "compare two runs" in render_board(store)  # linked from the board

@@ -28,10 +28,13 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-def trend_chart(series: pd.DataFrame, alert: dict) -> bytes:
-    """The last NIGHTS_SHOWN nights of one series (columns ``date``, ``value``), the change
-    night of ``alert`` (a regressions row) marked, its before and after levels drawn."""
-    data = series.sort_values("date").tail(NIGHTS_SHOWN)
+def trend_chart(series: pd.DataFrame, alert: dict, noise: float | None = None,
+                nights: int = NIGHTS_SHOWN) -> bytes:
+    """The last ``nights`` nights of one series (columns ``date``, ``value``), the change
+    night of ``alert`` (a regressions row) marked, its before and after levels drawn; with
+    ``noise`` (the series' sigma before the change), the before level's band of two sigmas
+    shaded: where the nights would lie had nothing changed."""
+    data = series.sort_values("date").tail(nights)
     dates = pd.to_datetime(data["date"])
     change = pd.Timestamp(alert["change_date"])
     color = KIND_COLORS[alert["kind"]]
@@ -43,6 +46,10 @@ def trend_chart(series: pd.DataFrame, alert: dict) -> bytes:
     if len(before):
         ax.hlines(alert["before"], before.iloc[0], before.iloc[-1], color=NEUTRAL,
                   linestyle=":", linewidth=1)
+    if noise and alert.get("before") is not None:
+        ax.axhspan(alert["before"] - 2 * noise, alert["before"] + 2 * noise, color=NEUTRAL,
+                   alpha=0.08, label="before ± 2σ (noise)")
+        ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     if len(after) and alert.get("after") is not None:
         ax.hlines(alert["after"], after.iloc[0], after.iloc[-1], color=color, linewidth=2)
     where = " / ".join(str(alert[k]) for k in ("target", "variant", "workload", "load_point")
@@ -77,12 +84,13 @@ def latency_throughput_chart(cells: pd.DataFrame, target: str) -> bytes | None:
     ax.set_title(f"{target}: latency vs throughput", fontsize=9)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
     return _png(fig)
 
 
 def variants_trend_chart(series: pd.DataFrame, target: str, metric: str,
-                         alerts: pd.DataFrame | None = None) -> bytes | None:
+                         alerts: pd.DataFrame | None = None,
+                         nights: int | None = None) -> bytes | None:
     """``metric`` of every variant of ``target`` over its last NIGHTS_SHOWN nights (a line per
     variant, workload and load point; ``series`` in SERIES_COLUMNS), each night a change of
     one of them was raised for marked; None when there is nothing to draw."""
@@ -92,7 +100,7 @@ def variants_trend_chart(series: pd.DataFrame, target: str, metric: str,
     fig, ax = plt.subplots(figsize=(6.0, 2.8))
     for (variant, workload, point), line in data.groupby(["variant", "workload", "load_point"],
                                                          sort=True, dropna=False):
-        line = line.sort_values("date").tail(NIGHTS_SHOWN)
+        line = line.sort_values("date").tail(nights or NIGHTS_SHOWN)
         label = " · ".join(str(p) for p in (variant, workload, point) if pd.notna(p))
         ax.plot(pd.to_datetime(line["date"]), line["value"], marker="o", markersize=2.5,
                 linewidth=1, label=label)
@@ -108,6 +116,6 @@ def variants_trend_chart(series: pd.DataFrame, target: str, metric: str,
     ax.set_title(f"{target}: {metric_label(metric)}", fontsize=9)
     ax.tick_params(labelsize=7)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, ncol=2)
+    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
     fig.autofmt_xdate()
     return _png(fig)

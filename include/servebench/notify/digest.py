@@ -321,6 +321,11 @@ def fmt_change(row: dict, key: str) -> str:
 
 def lever_table(rows: list[dict], markdown: bool = True) -> str:
     """Each variant against its baseline, cell by cell (servebench.levers rows)."""
+    return _render(lever_columns(rows), rows, markdown=markdown)
+
+
+def lever_columns(rows: list[dict]) -> list[Column]:
+    """The lever table's columns (an engine column where some variant's engine differs)."""
     from servebench.levers import LEVERS
 
     columns: list[Column] = [
@@ -334,7 +339,7 @@ def lever_table(rows: list[dict], markdown: bool = True) -> str:
     ]
     if any(not is_missing(r.get("engine_note")) for r in rows):
         columns.append(("engine vs baseline", lambda r: fmt_text(r.get("engine_note")), False))
-    return _render(columns, rows, markdown=markdown)
+    return columns
 
 
 MISSING_SHOWN = 14  # missing nights named in the digest; past that, a count

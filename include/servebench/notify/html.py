@@ -23,7 +23,7 @@ from servebench.notify.digest import (
     fmt_text,
     gate_lines,
     is_missing,
-    lever_table,
+    lever_columns,
     slo_lines,
 )
 
@@ -70,12 +70,12 @@ def _inline_md(text: str) -> str:
     return "".join(out)
 
 
-def _table(rows: list[dict]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h, _, _ in DIGEST_COLUMNS)
+def _table(rows: list[dict], columns=DIGEST_COLUMNS) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h, _, _ in columns)
     body = []
     for row in rows:
         cells = []
-        for header, fmt, right in DIGEST_COLUMNS:
+        for header, fmt, right in columns:
             value = fmt(row)
             cls = "num" if right else ""
             if header == "status":
@@ -86,7 +86,7 @@ def _table(rows: list[dict]) -> str:
 
 
 def _lever_table(rows: list[dict]) -> str:
-    return "<pre>" + escape(lever_table(rows, markdown=False)) + "</pre>"  # fixed-width
+    return _table(rows, lever_columns(rows))
 
 
 def render_report(cells: pd.DataFrame, run: dict, results_uri: str,

@@ -133,3 +133,19 @@ def test_an_slo_cell_is_said_as_load_within_slo_with_its_bound():
     assert "<h2>Load within SLO</h2>" in html and "<strong>2 workers</strong>" in html
     # a digest without slo cells has no such section
     assert "Load within SLO" not in render_digest(cells(), RUN, "s3://bench/servebench")
+
+
+def test_the_reports_lever_table_is_a_real_table():
+    from servebench.levers import LEVERS
+    from servebench.notify.html import render_report
+
+    row = {"target": "cpu", "variant": "q8_0", "baseline": "f16", "workload": "chat",
+           "load_point": "c4", "gate_verdict": "pass", "engine_note": None,
+           "accuracy_delta_points": -0.5}
+    for key, _ in LEVERS:
+        row.update({f"{key}_pct": -12.5, f"{key}_lo": -15.0, f"{key}_hi": -10.0})
+    table = cells().assign(cell_id=lambda f: [f"c{i}" for i in range(len(f))])
+    html = render_report(table, RUN, "s3://bench/servebench", None, {}, levers=[row])
+    section = html.split("What each variant buys")[1].split("<h2>")[0]
+    assert "<pre>" not in section and "<th>variant vs baseline</th>" in section
+    assert '<td class="">q8_0 vs f16</td>' in section and "-12.5% [-15.0, -10.0]" in section
