@@ -138,9 +138,10 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
     out.append(_trend_form(view, pd.concat([h[2] for h in histories.values()],
                                            ignore_index=True)))
     for r in latest.to_dict("records"):
-        _, cells, series = histories[r["run_id"]]
-        sweep_alerts = alerts[alerts["run_id"].isin(runs[runs["sweep_name"] == r["sweep_name"]]
-                                                    ["run_id"])]
+        nights, cells, series = histories[r["run_id"]]
+        # every change its nights raised, so an older one in the charts' range is marked too
+        sweep_alerts = store.read_table("regressions",
+                                        run_ids=nights["run_id"].tolist()).to_pandas()
         shown = view.select(series)
         for target in sorted(shown["target"].dropna().unique()):
             pngs = [png for metric in view.metrics()

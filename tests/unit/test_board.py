@@ -168,3 +168,29 @@ def test_two_runs_side_by_side(store):
     assert page.count("<tr><td>t / ") == 2 * 1  # two variants, one workload and load point
     assert "%)" in page and "ok → ok" in page
     assert "compare two runs" in render_board(store)  # linked from the board
+
+
+def test_a_trend_marks_every_change_its_range_holds_not_only_the_last_weeks(store,
+                                                                            monkeypatch):
+    """q4's TTFT p95 regression (raised 3 nights after night 20) is older than the board's
+    last week of findings: its trend still marks it; a narrower range leaves it out."""
+    import pandas as pd
+    from servebench import board
+    from servebench.notify import charts
+
+    drawn = []
+
+    def spy(series, target, metric, alerts=None, nights=None):
+        first = min(pd.to_datetime(line["date"]).sort_values().tail(nights or 45).min()
+                    for _, line in series[(series["target"] == target)
+                                          & (series["metric"] == metric)].groupby("variant"))
+        drawn.append((metric, nights, charts.marked_changes(alerts, target, metric, first)))
+        return None
+
+    monkeypatch.setattr(charts, "variants_trend_chart", spy)
+    board.render_board(store)
+    board.render_board(store, view=board.TrendView(metric="ttft_ms_p95", nights=5))
+    marks = {(metric, nights): [(r["kind"], str(r["change_date"])) for r in rows]
+             for metric, nights, rows in drawn}
+    assert [kind for kind, _ in marks[("ttft_ms_p95", None)]] == ["regression"]
+    assert marks[("ttft_ms_p95", 5)] == [] and marks[("output_throughput", None)] == []

@@ -98,18 +98,17 @@ def variants_trend_chart(series: pd.DataFrame, target: str, metric: str,
     if data.empty:
         return None
     fig, ax = plt.subplots(figsize=(6.0, 2.8))
+    first = pd.Timestamp.max
     for (variant, workload, point), line in data.groupby(["variant", "workload", "load_point"],
                                                          sort=True, dropna=False):
         line = line.sort_values("date").tail(nights or NIGHTS_SHOWN)
+        first = min(first, pd.to_datetime(line["date"]).min())
         label = " · ".join(str(p) for p in (variant, workload, point) if pd.notna(p))
         ax.plot(pd.to_datetime(line["date"]), line["value"], marker="o", markersize=2.5,
                 linewidth=1, label=label)
-    if alerts is not None and not alerts.empty:
-        mine = alerts[(alerts["target"] == target) & (alerts["metric"] == metric)
-                      & alerts["kind"].isin(list(KIND_COLORS))]
-        for row in mine.drop_duplicates(["change_date", "kind"]).to_dict("records"):
-            ax.axvline(pd.Timestamp(row["change_date"]), color=KIND_COLORS[row["kind"]],
-                       linestyle="--", linewidth=1)
+    for row in marked_changes(alerts, target, metric, first):
+        ax.axvline(pd.Timestamp(row["change_date"]), color=KIND_COLORS[row["kind"]],
+                   linestyle="--", linewidth=1)
     dates = pd.to_datetime(data["date"])
     if dates.nunique() == 1:  # a first night: a day either side, not matplotlib's years
         ax.set_xlim(dates.iloc[0] - pd.Timedelta(days=1), dates.iloc[0] + pd.Timedelta(days=1))
@@ -119,3 +118,16 @@ def variants_trend_chart(series: pd.DataFrame, target: str, metric: str,
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
     fig.autofmt_xdate()
     return _png(fig)
+
+
+def marked_changes(alerts: pd.DataFrame | None, target: str, metric: str,
+                   since: pd.Timestamp) -> list[dict]:
+    """The change nights a trend chart marks: one per night and kind of the regressions,
+    improvements and host changes raised for ``target``'s ``metric`` from ``since`` (the
+    chart's first night: an older one would stretch its axis)."""
+    if alerts is None or alerts.empty:
+        return []
+    mine = alerts[(alerts["target"] == target) & (alerts["metric"] == metric)
+                  & alerts["kind"].isin(list(KIND_COLORS))
+                  & (pd.to_datetime(alerts["change_date"]) >= since)]
+    return mine.drop_duplicates(["change_date", "kind"]).to_dict("records")
