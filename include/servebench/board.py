@@ -6,13 +6,15 @@ The board, newest first: the latest runs (cells ok / invalid / failed, what they
 to each run's HTML report), what the last nights raised (regressions, improvements, newly
 failing cells, host changes, gate failures), the quality-gate verdicts of the latest run of
 each sweep, the release gates' verdicts of the last weeks (``gate_verdicts``) and, per target,
-trend charts of its variants over the last nights (change nights marked), narrowed by a form
-(target, variant, workload, load point, metric, nights), and the latest night's latency vs
-throughput curve of each variant across its load points. Each finding links to its page
-(``render_finding``: the series' chart with the noise band, before -> after, the provenance of
-the runs on either side of the change, both runs' reports); two runs can be put side by side
-(``render_compare``, what ``servebench compare`` prints). Every value from a run is escaped;
-the charts are inline PNGs, so the pages work inside the UI's iframe and behind a proxy alike.
+trend panels over the last nights (``notify.panels``: one per workload x load point, a line
+per variant, each night's value, run and what changed on hover, change nights marked),
+narrowed by a form (target, variant, workload, load point, metric, nights), and the latest
+night's latency vs throughput curve of each variant across its load points. Each finding
+links to its page (``render_finding``: the series' chart with the noise band, before -> after,
+the provenance of the runs on either side of the change, both runs' reports); two runs can be
+put side by side (``render_compare``, what ``servebench compare`` prints). Every value from a
+run is escaped; the charts are inline SVG and PNG, so the pages work inside the UI's iframe
+and behind a proxy alike, with nothing fetched at view time.
 """
 
 from __future__ import annotations
@@ -68,8 +70,9 @@ def _num(value, fmt: str) -> str:
 def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
                  view: TrendView | None = None) -> str:
     """The board's HTML from what ``store`` has committed; ``view`` narrows its trends."""
-    from servebench.notify.charts import latency_throughput_chart, variants_trend_chart
+    from servebench.notify.charts import NIGHTS_SHOWN, latency_throughput_chart
     from servebench.notify.digest import KIND_TITLES, alert_line, fmt_text, gate_lines
+    from servebench.notify.panels import trend_panels
     from servebench.trends.nightly import load_history
 
     out = [_head("servebench: Benchmarks"), "<h1>servebench benchmarks</h1>",
@@ -144,14 +147,14 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
                                         run_ids=nights["run_id"].tolist()).to_pandas()
         shown = view.select(series)
         for target in sorted(shown["target"].dropna().unique()):
-            pngs = [png for metric in view.metrics()
-                    if (png := variants_trend_chart(shown, target, metric, sweep_alerts,
-                                                    nights=view.nights))]
+            panels = [html for metric in view.metrics()
+                      if (html := trend_panels(shown, target, metric, sweep_alerts,
+                                               nights=view.nights or NIGHTS_SHOWN))]
             tonight = cells[cells["run_id"] == r["run_id"]]
             curve = latency_throughput_chart(view.select(tonight), target)
-            if pngs or curve:
+            if panels or curve:
                 out.append(f"<h3>{escape(r['sweep_name'])} / {escape(target)}</h3>")
-                out += [_img(png, f"{target} trend") for png in pngs]
+                out += panels
                 if curve:
                     out.append(_img(curve, f"{target}: latency vs throughput, latest night"))
     out.append("</body></html>")
@@ -331,8 +334,10 @@ def _report_href(run_id) -> str:
 
 
 def _head(title: str) -> str:
+    from servebench.notify.panels import STYLE as PANELS
+
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{escape(title)}</title>"
-            f"<style>{STYLE}</style></head><body>")
+            f"<style>{STYLE}{PANELS}</style></head><body>")
 
 
 def _inline(text: str) -> str:

@@ -1,10 +1,11 @@
-"""The Benchmarks view's pages served for real (the app the Airflow plugin mounts, on uvicorn on
-127.0.0.1, Airflow's auth dependency answered yes as a logged-in reader would get it) and opened
-in headless Chromium over the 30-night store: the trends narrowed to one variant and metric by
-the form's query, a raised change's page with its chart and the provenance around it, two runs
-side by side; screenshots kept as CI artifacts. The view under Airflow's own login is
-test_celery_airflow.py's."""
+"""The Benchmarks view's pages served for real (the app the Airflow plugin mounts, on uvicorn
+on 127.0.0.1, Airflow's auth dependency answered yes as a logged-in reader would get it) and
+opened in headless Chromium over the 30-night store: the trend panels narrowed to one variant
+and metric by the form's query, each night's hover, a raised change's page with its chart and
+the provenance around it, two runs side by side; screenshots kept as CI artifacts. The view
+under Airflow's own login is test_celery_airflow.py's."""
 
+import re
 import socket
 import threading
 import time
@@ -46,8 +47,12 @@ def test_the_view_filters_clicks_through_and_compares(served, tmp_path):
     everything = dump_dom(base + "/", profile)
     narrowed = dump_dom(base + "/?variant=q4&metric=ttft_ms_p95&nights=12", profile)
     trends = [d.split("id=\"trends\"")[1] for d in (everything, narrowed)]
-    # both metrics and the latest night's curve; then the one metric and the curve
-    assert [t.count('src="data:image/png;base64,') for t in trends] == [3, 2]
+    # both metrics' panels and the latest night's curve; then the one metric and the curve
+    assert [t.count('<div class="panels"') for t in trends] == [2, 1]
+    assert [t.count('src="data:image/png;base64,') for t in trends] == [1, 1]
+    # 12 nights of q4, each a point whose hover names its value and run
+    points = re.findall(r'<circle class="night"[^>]*><title>([^<]+)</title>', trends[1])
+    assert len(points) == 12 and all(" (TTFT p95), run scheduled__" in p for p in points)
     assert '<option value="q4" selected="">' in narrowed
     screenshot(base + "/?variant=q4&metric=ttft_ms_p95", profile, "benchmarks-trends.png")
 

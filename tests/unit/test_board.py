@@ -18,10 +18,13 @@ def test_the_board_shows_runs_alerts_gates_and_trends(store):
     latest = page.split("<h2>Latest runs</h2>")[1].split("<h2>")[0]
     assert latest.count("report?run_id=") == 15
     assert "Quality gate (latest run of each sweep)" in page
-    # output tok/s and TTFT p95 of target t, and its latest night's latency vs throughput
-    assert page.count("data:image/png;base64,") == 3
+    # output tok/s and TTFT p95 of target t as panels, and its latest night's latency vs
+    # throughput
+    trends = page.split("id='trends'")[1]
+    assert trends.count("<div class='panels'") == 2 and trends.count("data:image/png") == 1
     runs = store.read_table("runs").to_pandas().sort_values("run_date")
-    assert str(runs["run_date"].iloc[-1]) in page and str(runs["run_date"].iloc[0]) not in page
+    assert str(runs["run_date"].iloc[-1]) in latest and str(runs["run_date"].iloc[0]) \
+        not in latest
 
 
 def test_the_latest_nights_alerts_are_listed_by_kind(store, synthetic_history):
@@ -143,13 +146,15 @@ def test_the_boards_raised_lines_link_to_their_pages(store):
 def test_the_trends_narrow_to_one_variant_and_metric(store):
     from servebench.board import TrendView
 
-    everything = render_board(store)
-    one = render_board(store, view=TrendView(variant="q4", metric="ttft_ms_p95", nights=10))
-    charts = everything.split("id='trends'")[1].count("data:image/png;base64,")
-    # both metrics and the latency vs throughput curve; then one metric and the curve
-    assert charts == 3
-    assert one.split("id='trends'")[1].count("data:image/png;base64,") == 2
-    assert "<option value='q4' selected>" in one and "value='10'" in one
+    everything = render_board(store).split("id='trends'")[1]
+    page = render_board(store, view=TrendView(variant="q4", metric="ttft_ms_p95", nights=10))
+    one = page.split("id='trends'")[1]
+    # both metrics, each night of each variant a point with its value and run on hover
+    assert everything.count("<div class='panels'") == 2
+    assert everything.count("<circle class='night'") == 2 * (30 + 29)  # f16 failed a night
+    assert one.count("<div class='panels'") == 1 and one.count("<circle class='night'") == 10
+    assert "q4 · 2026-10-30: " in one and "run scheduled__2026-10-30</title>" in one
+    assert "<option value='q4' selected>" in page and "value='10'" in page
     client, access = _client(store)
     client.app.dependency_overrides[access] = lambda: None
     served = client.get("/", params={"variant": "q4", "metric": "ttft_ms_p95",
@@ -170,27 +175,14 @@ def test_two_runs_side_by_side(store):
     assert "compare two runs" in render_board(store)  # linked from the board
 
 
-def test_a_trend_marks_every_change_its_range_holds_not_only_the_last_weeks(store,
-                                                                            monkeypatch):
+def test_a_trend_marks_every_change_its_range_holds_not_only_the_last_weeks(store):
     """q4's TTFT p95 regression (raised 3 nights after night 20) is older than the board's
-    last week of findings: its trend still marks it; a narrower range leaves it out."""
-    import pandas as pd
-    from servebench import board
-    from servebench.notify import charts
+    last week of findings: its panel still marks it, with its cause on hover; a range of
+    the last 5 nights leaves it out."""
+    from servebench.board import TrendView
 
-    drawn = []
-
-    def spy(series, target, metric, alerts=None, nights=None):
-        first = min(pd.to_datetime(line["date"]).sort_values().tail(nights or 45).min()
-                    for _, line in series[(series["target"] == target)
-                                          & (series["metric"] == metric)].groupby("variant"))
-        drawn.append((metric, nights, charts.marked_changes(alerts, target, metric, first)))
-        return None
-
-    monkeypatch.setattr(charts, "variants_trend_chart", spy)
-    board.render_board(store)
-    board.render_board(store, view=board.TrendView(metric="ttft_ms_p95", nights=5))
-    marks = {(metric, nights): [(r["kind"], str(r["change_date"])) for r in rows]
-             for metric, nights, rows in drawn}
-    assert [kind for kind, _ in marks[("ttft_ms_p95", None)]] == ["regression"]
-    assert marks[("ttft_ms_p95", 5)] == [] and marks[("output_throughput", None)] == []
+    trends = render_board(store).split("id='trends'")[1]
+    assert trends.count("<line class='change regression'") == 1
+    assert "regression +14" in trends and "engine_version b1 -&gt; b2</title>" in trends
+    narrow = render_board(store, view=TrendView(nights=5)).split("id='trends'")[1]
+    assert "class='change" not in narrow

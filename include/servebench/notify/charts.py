@@ -1,6 +1,7 @@
-"""PNG charts for the digest, drawn with matplotlib (Agg, no display): a trend chart per
-regression, improvement or host change -- the last nights of its series, the change night marked, the level
-before and after -- and a latency-vs-throughput chart per target for tonight's load points.
+"""PNG charts for the digest and the pages, drawn with matplotlib (Agg, no display): a trend
+chart per regression, improvement or host change -- the last nights of its series, the change
+night marked, the level before and after -- and a latency-vs-throughput chart per target for
+tonight's load points. (The Benchmarks view's trends are SVG panels: ``panels.py``.)
 """
 
 from __future__ import annotations
@@ -14,11 +15,11 @@ matplotlib.use("Agg")  # before pyplot: workers have no display
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from servebench.notify.panels import KIND_COLORS
 from servebench.trends.series import metric_label
 
 NIGHTS_SHOWN = 45
-WORSE, BETTER, NEUTRAL, HOST = "#c0392b", "#1e8449", "#34495e", "#b9770e"
-KIND_COLORS = {"regression": WORSE, "improvement": BETTER, "host_change": HOST}
+NEUTRAL = "#34495e"
 
 
 def _png(fig) -> bytes:
@@ -86,48 +87,3 @@ def latency_throughput_chart(cells: pd.DataFrame, target: str) -> bytes | None:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
     return _png(fig)
-
-
-def variants_trend_chart(series: pd.DataFrame, target: str, metric: str,
-                         alerts: pd.DataFrame | None = None,
-                         nights: int | None = None) -> bytes | None:
-    """``metric`` of every variant of ``target`` over its last NIGHTS_SHOWN nights (a line per
-    variant, workload and load point; ``series`` in SERIES_COLUMNS), each night a change of
-    one of them was raised for marked; None when there is nothing to draw."""
-    data = series[(series["target"] == target) & (series["metric"] == metric)]
-    if data.empty:
-        return None
-    fig, ax = plt.subplots(figsize=(6.0, 2.8))
-    first = pd.Timestamp.max
-    for (variant, workload, point), line in data.groupby(["variant", "workload", "load_point"],
-                                                         sort=True, dropna=False):
-        line = line.sort_values("date").tail(nights or NIGHTS_SHOWN)
-        first = min(first, pd.to_datetime(line["date"]).min())
-        label = " · ".join(str(p) for p in (variant, workload, point) if pd.notna(p))
-        ax.plot(pd.to_datetime(line["date"]), line["value"], marker="o", markersize=2.5,
-                linewidth=1, label=label)
-    for row in marked_changes(alerts, target, metric, first):
-        ax.axvline(pd.Timestamp(row["change_date"]), color=KIND_COLORS[row["kind"]],
-                   linestyle="--", linewidth=1)
-    dates = pd.to_datetime(data["date"])
-    if dates.nunique() == 1:  # a first night: a day either side, not matplotlib's years
-        ax.set_xlim(dates.iloc[0] - pd.Timedelta(days=1), dates.iloc[0] + pd.Timedelta(days=1))
-    ax.set_title(f"{target}: {metric_label(metric)}", fontsize=9)
-    ax.tick_params(labelsize=7)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="upper left", bbox_to_anchor=(1.01, 1.0))  # off the data
-    fig.autofmt_xdate()
-    return _png(fig)
-
-
-def marked_changes(alerts: pd.DataFrame | None, target: str, metric: str,
-                   since: pd.Timestamp) -> list[dict]:
-    """The change nights a trend chart marks: one per night and kind of the regressions,
-    improvements and host changes raised for ``target``'s ``metric`` from ``since`` (the
-    chart's first night: an older one would stretch its axis)."""
-    if alerts is None or alerts.empty:
-        return []
-    mine = alerts[(alerts["target"] == target) & (alerts["metric"] == metric)
-                  & alerts["kind"].isin(list(KIND_COLORS))
-                  & (pd.to_datetime(alerts["change_date"]) >= since)]
-    return mine.drop_duplicates(["change_date", "kind"]).to_dict("records")
