@@ -63,6 +63,17 @@ def synthetic_history(tmp_path_factory):
     """30 nights of a two-variant sweep published to a real store, the detect step run after
     each as the DAG does: q4's TTFT p95 up 15% from night 20, when the engine version changed;
     f16 failing on night 25, q4's gate failing on night 26. Yields (store, summaries, day 0)."""
+    yield from _history(tmp_path_factory, NIGHTS)
+
+
+@pytest.fixture(scope="module")
+def fresh_regression_history(tmp_path_factory):
+    """The same history's first 23 nights: q4's regression (from night 20) is among the last
+    week's findings, as on the morning a team reads it."""
+    yield from _history(tmp_path_factory, 23)
+
+
+def _history(tmp_path_factory, nights: int):
     from servebench.pipeline import detect_regressions
     from servebench.results.store import ResultStore
 
@@ -74,10 +85,8 @@ def synthetic_history(tmp_path_factory):
     store = ResultStore(str(root))
     summaries = []
     try:
-        for night in range(NIGHTS):  # as the DAG does: publish, then detect, night by night
+        for night in range(nights):  # as the DAG does: publish, then detect, night by night
             summaries.append(detect_regressions(_publish(store, night, rng)))
         yield store, summaries, DAY0
     finally:
         mp.undo()
-
-

@@ -1,14 +1,16 @@
 """The Benchmarks view's pages served for real (the app the Airflow plugin mounts, on uvicorn
 on 127.0.0.1, Airflow's auth dependency answered yes as a logged-in reader would get it) and
-opened in headless Chromium over the 30-night store: the trend panels narrowed to one variant
-and metric by the form's query, each night's hover, a raised change's page with its chart and
-the provenance around it, two runs side by side; screenshots kept as CI artifacts. The view
-under Airflow's own login is test_celery_airflow.py's."""
+opened in headless Chromium over a store of 23 nights whose q4 regression (from night 20) is
+among the last week's findings: the regression found on the board and its link followed to
+its chart and the provenance around it; the trend panels narrowed to one variant, workload
+and metric by the form's query, each night's hover; two runs side by side; screenshots kept as
+CI artifacts. The view under Airflow's own login is test_celery_airflow.py's."""
 
 import re
 import socket
 import threading
 import time
+from html import unescape
 
 import pytest
 import uvicorn
@@ -20,8 +22,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def served(synthetic_history):
-    store = synthetic_history[0]
+def served(fresh_regression_history):
+    store = fresh_regression_history[0]
     app = create_app(Settings(results_uri=store.uri))
     [access] = app.router.dependencies
     app.dependency_overrides[access.dependency] = lambda: None  # a reader Airflow let in
@@ -41,33 +43,38 @@ def served(synthetic_history):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
-def test_the_view_filters_clicks_through_and_compares(served, tmp_path):
+def test_the_view_finds_the_regression_clicks_through_filters_and_compares(served, tmp_path):
     store, base = served
     profile = tmp_path / "profile"
-    everything = dump_dom(base + "/", profile)
-    narrowed = dump_dom(base + "/?variant=q4&metric=ttft_ms_p95&nights=12", profile)
-    trends = [d.split("id=\"trends\"")[1] for d in (everything, narrowed)]
+    board = dump_dom(base + "/", profile)
+    raised = board.split("Raised in the last")[1].split("Quality gate")[0]
+    assert "Regressions (1)" in text_of(raised)
+    [href] = re.findall(r'<a class="finding" href="([^"]+)"', raised)
+    finding = f"{base}/{unescape(href)}"
+    dom = dump_dom(finding, profile)
+    text = text_of(dom).replace("-&gt;", "->")
+    assert "regression: TTFT p95 +" in text and "t / q4 / w / c1" in text
+    assert "cause: engine_version b1 -> b2" in text
+    assert dom.count('src="data:image/png;base64,') == 1  # the series, its noise band
+    assert '<tr class="differs"><td>engine_version</td>' in dom
+    assert dom.count("report?run_id=") == 2  # the runs either side of the change
+    shot = screenshot(finding, profile, "benchmarks-finding.png", size="1280,1200")
+    assert shot.stat().st_size > 20_000
+
+    narrowed = dump_dom(base + "/?variant=q4&workload=w&metric=ttft_ms_p95&nights=12", profile)
+    trends = [d.split('id="trends"')[1] for d in (board, narrowed)]
     # both metrics' panels and the latest night's curve; then the one metric and the curve
     assert [t.count('<div class="panels"') for t in trends] == [2, 1]
     assert [t.count('src="data:image/png;base64,') for t in trends] == [1, 1]
-    # 12 nights of q4, each a point whose hover names its value and run
+    # 12 nights of q4 alone, each a point whose hover names its value and run; the change
+    # night dashed, its cause on hover
     points = re.findall(r'<circle class="night"[^>]*><title>([^<]+)</title>', trends[1])
-    assert len(points) == 12 and all(" (TTFT p95), run scheduled__" in p for p in points)
+    assert len(points) == 12 and all(p.startswith("q4 · ") and " (TTFT p95), run scheduled__"
+                                     in p for p in points)
+    assert 'class="change regression"' in trends[1]
     assert '<option value="q4" selected="">' in narrowed
-    screenshot(base + "/?variant=q4&metric=ttft_ms_p95", profile, "benchmarks-trends.png")
-
-    alerts = store.read_table("regressions").to_pandas()
-    regression = alerts[alerts["kind"] == "regression"].iloc[0]
-    finding = (f"{base}/finding?run_id={regression['run_id']}"
-               f"&series_id={regression['series_id'].replace('#', '%23')}")
-    dom = dump_dom(finding, profile)
-    text = text_of(dom)
-    assert "regression: TTFT p95 +" in text and "cause: engine_version b1 -> b2" in \
-        text.replace("-&gt;", "->")
-    assert dom.count('src="data:image/png;base64,') == 1
-    assert '<tr class="differs"><td>engine_version</td>' in dom
-    shot = screenshot(finding, profile, "benchmarks-finding.png", size="1280,1200")
-    assert shot.stat().st_size > 20_000
+    screenshot(base + "/?variant=q4&workload=w&metric=ttft_ms_p95", profile,
+               "benchmarks-trends.png")
 
     runs = store.read_table("runs").to_pandas().sort_values("run_date")
     a, b = runs["run_id"].iloc[19], runs["run_id"].iloc[20]
