@@ -286,7 +286,7 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
 def render_compare(store: ResultStore, run_a: str | None, run_b: str | None) -> str:
     """Two runs side by side, cell by cell (``servebench.compare``): pick them from the
     latest runs; each compared statistic a -> b with its change, statuses, gate verdicts."""
-    from servebench.compare import COMPARED, compare_cells
+    from servebench.compare import compare_cells, shown_columns
     from servebench.notify.digest import fmt_num, fmt_text
 
     runs = store.read_table("runs").to_pandas()
@@ -311,12 +311,14 @@ def render_compare(store: ResultStore, run_a: str | None, run_b: str | None) -> 
     if not run_a or not run_b:
         return "\n".join([*out, "<p>Two committed runs are needed.</p></body></html>"])
     cells = store.read_table("cells", run_ids=[run_a, run_b]).to_pandas()
+    rows = compare_cells(cells, run_a, run_b) if not cells.empty else []
+    columns = shown_columns(rows)
     out.append("<table class='compare'><tr><th>target / variant</th><th>workload</th>"
-               "<th>load</th>" + "".join(f"<th>{escape(label)}</th>" for _, label in COMPARED)
+               "<th>load</th>" + "".join(f"<th>{escape(label)}</th>" for _, label in columns)
                + "<th>status</th><th>gate</th></tr>")
-    for r in compare_cells(cells, run_a, run_b) if not cells.empty else []:
+    for r in rows:
         tds = []
-        for column, _ in COMPARED:
+        for column, _ in columns:
             va, vb, pct = r[column]
             tds.append(f"<td class='num'>{fmt_num(va)} &rarr; {fmt_num(vb)} "
                        f"({'-' if pct is None else f'{pct:+.1f}%'})</td>")

@@ -132,7 +132,7 @@ def _trends_replay(history_path: str, out: str) -> int:
 def compare_runs(run_a: str, run_b: str) -> Table:
     """Cell by cell (``servebench.compare``): each compared statistic a -> b with its change,
     both statuses and gate verdicts (a cell one run lacks shows '-' on that side)."""
-    from servebench.compare import COMPARED, compare_cells
+    from servebench.compare import compare_cells, shown_columns
     from servebench.connections import open_store
 
     store = open_store(get_settings())
@@ -140,16 +140,18 @@ def compare_runs(run_a: str, run_b: str) -> Table:
     for run in (run_a, run_b):
         if not (cells["run_id"] == run).any():
             raise click.BadParameter(f"run {run!r} is not committed in {store.uri}")
+    rows = compare_cells(cells, run_a, run_b)
+    columns = shown_columns(rows)
     table = Table(title=f"{run_a} -> {run_b}")
     for name in ("target / variant", "workload", "load"):
         table.add_column(name)
-    for _, label in COMPARED:
+    for _, label in columns:
         table.add_column(label, justify="right")
     table.add_column("status")
     table.add_column("gate")
-    for r in compare_cells(cells, run_a, run_b):
+    for r in rows:
         row = [f"{r['target']} / {r['variant']}", str(r["workload"]), str(r["load_point"])]
-        for column, _ in COMPARED:
+        for column, _ in columns:
             va, vb, pct = r[column]
             row.append(f"{fmt_num(va)} -> {fmt_num(vb)} "
                        f"({'-' if pct is None else f'{pct:+.1f}%'})")

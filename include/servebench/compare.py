@@ -9,7 +9,9 @@ import math
 import pandas as pd
 
 COMPARED = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
-            ("e2e_ms_p95", "E2E p95"), ("output_throughput", "out tok/s"))
+            ("e2e_ms_p95", "E2E p95"), ("output_throughput", "out tok/s"),
+            # an slo cell's answer: its latencies were measured at whatever load it kept
+            ("max_load_within_slo", "load within SLO"))
 CELL_KEY = ["target", "variant", "workload", "load_point"]
 
 
@@ -46,3 +48,10 @@ def _value(v) -> float | None:
 
 def _text(v) -> str | None:
     return None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v)
+
+
+def shown_columns(rows: list[dict]) -> list[tuple[str, str]]:
+    """The COMPARED columns some cell of either run has a value in (no slo cells: no load
+    within SLO column)."""
+    return [(column, label) for column, label in COMPARED
+            if any(v is not None for r in rows for v in r[column][:2])]
