@@ -1,9 +1,9 @@
 """Workloads: the chat messages a cell sends, with the token lengths they were built to have.
 
 Prompts are cut to exact token counts with the serving stack's tokenizer from seeded random
-text: English prose by default (``text: natural``: a window of ``data/prose.txt``, the Python
-Language Reference's prose, at a random word), or arithmetic equations (``text: arithmetic``,
-the local model's domain). The text matters beyond its length: n-gram speculative decoding
+text: English prose by default (``text: natural``: a numbered window of ``data/prose.txt``,
+the Python Language Reference's prose, from a random word), random words (``text: random``) or
+arithmetic equations (``text: arithmetic``, the local model's domain). The text matters beyond its length: n-gram speculative decoding
 proposes tokens the prompt repeats, and equations repeat far more than prose does.
 
 Prompts belong to their cell: the text is seeded by the cell's *prompt key* (:func:`prompt_key`:
@@ -75,13 +75,19 @@ def _prose_words() -> tuple[str, ...]:
 
 
 def _prose(rng: random.Random, approx_tokens: int) -> str:
-    """Running prose from a random word of the corpus (wrapping at its end): enough words for
-    ``approx_tokens`` tokens of any tokenizer (a word is a token or more). A random word, not
-    a sentence start: two prompts of a cell begin alike about once in 25,000 pairs, so they
-    share no prefix the workload did not ask for."""
+    """A numbered excerpt: a random number, then running prose from a random word of the
+    corpus (wrapping at its end), enough words for ``approx_tokens`` tokens of any tokenizer
+    (a word is a token or more). The number makes every excerpt its own from its first
+    tokens: with some 25,000 start words, a server that outlives runs meets a window it has
+    cached within a few hundred prompts (seen: a llama-server shared by a test module served
+    a cell 10% from its cache), and a prefix cache matches from the first token on."""
     words = _prose_words()
     start, n = rng.randrange(len(words)), approx_tokens + 16
-    return " ".join(words[(start + i) % len(words)] for i in range(n))
+    return f"{_number(rng)}. " + " ".join(words[(start + i) % len(words)] for i in range(n))
+
+
+def _number(rng: random.Random) -> int:
+    return rng.randrange(10**5, 10**6)
 
 
 @lru_cache(maxsize=1)
@@ -92,7 +98,8 @@ def _vocabulary() -> tuple[str, ...]:
 def _random_words(rng: random.Random, approx_tokens: int) -> str:
     """Words drawn uniformly from the prose's vocabulary: text no phrase of which repeats."""
     vocabulary = _vocabulary()
-    return " ".join(rng.choice(vocabulary) for _ in range(approx_tokens + 16))
+    return f"{_number(rng)}. " + " ".join(rng.choice(vocabulary)
+                                          for _ in range(approx_tokens + 16))
 
 
 def _filler(rng: random.Random, approx_tokens: int) -> str:
