@@ -181,6 +181,8 @@ class VariantRunner:
         self._build_prompts, self._run_load, self._run_golden_set = \
             build_prompts, run_load, run_golden_set
         self.hardware = provisioner.hardware(target)
+        # the sweep's SLOs as the metrics read them: goodput's test, the SLO search's verdict
+        self._slo = Slo(spec.slos.ttft_ms, spec.slos.tpot_ms, spec.slos.e2e_ms)
         self._price_per_hour = provisioner.price_per_hour(target, spec.price_per_hour)
         self.result = VariantResult()
         self._endpoint: Endpoint | None = None  # the variant's server, while it is measured
@@ -438,7 +440,7 @@ class VariantRunner:
         cell = compute_cell_metrics(
             load.records,
             (load.window_start, load.window_end),
-            slo=Slo(self.spec.slos.ttft_ms, self.spec.slos.tpot_ms, self.spec.slos.e2e_ms),
+            slo=self._slo,
             checks=ValidityChecks(
                 exact_output_length=exact,
                 max_error_rate=self.spec.load.max_error_rate,
@@ -498,7 +500,6 @@ class VariantRunner:
         no probe meets a cache another warmed). The row kept is the highest probe that held
         (else the first), with the bracket and every probe; only its requests are kept."""
         search = self.spec.load.slo_search
-        slo = Slo(self.spec.slos.ttft_ms, self.spec.slos.tpot_ms, self.spec.slos.e2e_ms)
         max_errors = self.spec.load.max_error_rate
         cid = cell_id(self.target.name, self.variant.name, workload.name, point)
         measured: dict[float, tuple[dict, list[dict]]] = {}
@@ -511,7 +512,7 @@ class VariantRunner:
                 endpoint, workload.name, at, self._cell_prompts(workload, at, tokenizer),
                 cid=cid)
             measured[load] = (row, requests)
-            misses = slo_misses(row, slo, max_errors)
+            misses = slo_misses(row, self._slo, max_errors)
             if row["status"] == "ok":
                 return Probe(load, not misses, "; ".join(misses) or None)
             if (row.get("error_rate") or 0) > max_errors:  # overload: requests failed

@@ -159,6 +159,23 @@ def test_the_slo_search_keeps_the_highest_load_that_held(searched):
     assert len(sent) == 16 and {r["cell_id"] for r in sent} == {cell["cell_id"]}
 
 
+def _trace_and_search(targets: list[dict], *, ttft_ms: float, time_scale: float,
+                      output_tokens: int, timeout_s: float) -> dict:
+    """The local sweep asking for a trace (the first 24 requests of the sample) and the most
+    concurrency (1..4, three probes) within a TTFT p95 SLO, for ``targets``."""
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data.update(
+        cross_stack=[], golden_sets=[], slos={"ttft_ms": ttft_ms},
+        workloads=[{"kind": "trace", "name": "trace", "path": TRACE, "block_tokens": 32,
+                    "time_scale": time_scale, "max_requests": 24},
+                   {"kind": "fixed", "name": "fixed", "input_tokens": 32,
+                    "output_tokens": output_tokens, "num_requests": 8}],
+        load={"slo_search": {"over": "concurrency", "low": 1, "high": 4, "max_probes": 3},
+              "warmup_requests": 1, "request_timeout_s": timeout_s},
+        targets=targets)
+    return data
+
+
 def test_a_trace_and_an_slo_search_from_yaml_land_in_parquet_and_the_digest(tmp_path,
                                                                             monkeypatch):
     """Both asked for in a sweep file, run by `servebench run` (the DAG's steps: publish
@@ -166,17 +183,11 @@ def test_a_trace_and_an_slo_search_from_yaml_land_in_parquet_and_the_digest(tmp_
     from servebench.cli import main
     from servebench.results.store import ResultStore
 
-    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
-    data.update(
-        name="kinds", cross_stack=[], golden_sets=[], slos={"ttft_ms": 15},
-        workloads=[{"kind": "trace", "name": "trace", "path": TRACE, "block_tokens": 32,
-                    "time_scale": 0.25, "max_requests": 24},
-                   {"kind": "fixed", "name": "fixed", "input_tokens": 32, "output_tokens": 32,
-                    "num_requests": 8}],
-        load={"slo_search": {"over": "concurrency", "low": 1, "high": 4, "max_probes": 3},
-              "warmup_requests": 1, "request_timeout_s": 60},
-        targets=[{"name": "llama", "stack": "llama_cpp", "golden_sets": [], "baseline": "f16",
-                  "variants": [VARIANT]}])
+    data = _trace_and_search(
+        [{"name": "llama", "stack": "llama_cpp", "golden_sets": [], "baseline": "f16",
+          "variants": [VARIANT]}],
+        ttft_ms=15, time_scale=0.25, output_tokens=32, timeout_s=60)
+    data["name"] = "kinds"
     sweep = tmp_path / "kinds.yaml"
     sweep.write_text(yaml.safe_dump(data))
     monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
@@ -200,19 +211,13 @@ def test_vllm_replays_a_trace_and_searches_its_load_within_slo(tmp_path):
     blocks reach its cache, and the search keeps a probe that held."""
     import json
 
-    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
-    [vllm] = [t for t in data["targets"] if t["name"] == "adder-vllm"]
-    data.update(
-        cross_stack=[], golden_sets=[], slos={"ttft_ms": 2000},
-        workloads=[{"kind": "trace", "name": "trace", "path": TRACE, "block_tokens": 32,
-                    "time_scale": 0.5, "max_requests": 24},
-                   {"kind": "fixed", "name": "fixed", "input_tokens": 32, "output_tokens": 16,
-                    "num_requests": 8}],
-        load={"slo_search": {"over": "concurrency", "low": 1, "high": 4, "max_probes": 3},
-              "warmup_requests": 1, "request_timeout_s": 120},
-        # its CPU build caches whole 128-token blocks unless told: the trace's are 32
-        targets=[{**vllm, "golden_sets": [], "variants": [
-            {**vllm["variants"][0], "extra_args": ["--block-size", "32"]}]}])
+    local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    [vllm] = [t for t in local["targets"] if t["name"] == "adder-vllm"]
+    # its CPU build caches whole 128-token blocks unless told: the trace's are 32
+    data = _trace_and_search(
+        [{**vllm, "golden_sets": [], "variants": [
+            {**vllm["variants"][0], "extra_args": ["--block-size", "32"]}]}],
+        ttft_ms=2000, time_scale=0.5, output_tokens=16, timeout_s=120)
     spec = parse_sweep(data, "test")
     target = spec.targets[0]
     result = VariantRunner(spec, target, target.variants[0], run_id="t",
