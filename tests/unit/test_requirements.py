@@ -14,7 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 OWN = {"servebench", "__future__"}
 # the tests' own helper modules, imported by name from their folder
-TEST_HELPERS = {p.stem for p in (ROOT / "tests").rglob("*.py")}
+TEST_HELPERS = {p.stem for folder in ("tests", "benchmarks") for p in (ROOT / folder).rglob("*.py")}
 
 
 def _norm(name: str) -> str:

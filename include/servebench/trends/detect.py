@@ -25,7 +25,8 @@ per series and per night:
   back); they scatter around their own mean no more than the noise allows (chi-square, 95%;
   one night overshooting the move is forgiven from four nights on) -- or, scattering wider,
   moved that far against their own scatter (a slowdown often brings noise with it); and the
-  ``pre_nights`` before them (outliers cleaned) still scattered like the baseline (99%). A change of variance alone moves no mean against its own scatter.
+  ``pre_nights`` before them (outliers cleaned) still scattered like the baseline (99%). A
+  change of variance alone moves no mean against its own scatter.
 - **Otava** runs (a few ms) only when some k passes, over the last ``lookback`` nights, with
   ``max_pvalue = otava_pvalue`` and ``min_magnitude`` from the noise; the change is raised only
   where Otava finds a change point within ``locate_tolerance`` nights of the passing k. Otava's
@@ -41,6 +42,12 @@ per series and per night:
   of them, and one stalled second of the host multiplies it (seen in the local proof: ITL p95
   x2.5 with the cell's median E2E +17%); a disaster moves the typical request, whose own
   series raise it.
+
+- **restart**: after a change raised (or an annotation) the baseline starts at the change
+  night; it is judged from ``restart_baseline`` nights on, not ``min_baseline``, with the
+  noise of the nights before the restart, relative to the level, as a floor (a step seldom
+  changes the relative noise), and Otava shown those nights too. A second change a week
+  after the first, or one after a false alarm, is not left unseen for ten nights.
 
 The function is pure: given the values of nights ``0..t`` and where the baseline starts (an
 annotation, or the last change already alerted), it says whether night ``t`` raises a change.
@@ -90,9 +97,14 @@ class DetectorSettings:
     local_nights: int = 14  # recent nights whose own scatter can raise sigma ...
     variance_ratio: float = 2.0  # ... when it is this many times the baseline's
     min_baseline: int = 10  # nights before a series is judged at all
+    # ... or after a restart (a change raised, an annotation) this many, the noise carried
+    # over, relative to the level, from up to ``prior_nights`` nights before the restart
+    restart_baseline: int = 4
+    prior_nights: int = 30
     lookback: int = 60  # nights Otava sees
     window_len: int = 30  # Otava's sliding window
-    otava_pvalue: float = 0.001  # Otava must see the change itself (it gates recall and false alarms)
+    # Otava must see the change itself (it gates recall and false alarms)
+    otava_pvalue: float = 0.001
     recent: int = 7  # a change point further back than this is not news
     locate_tolerance: int = 2  # nights between Otava's change point and the noise test's
 
@@ -130,17 +142,18 @@ def _mad(v: np.ndarray) -> float:
 
 
 def lag1_autocorr(residuals: np.ndarray) -> float:
-    """Lag-1 autocorrelation of a baseline's residuals, 0 where it is indistinguishable from
-    independent nights (and never over 0.8)."""
+    """Lag-1 autocorrelation of a baseline's residuals, bias-corrected, within 0..0.8. Not
+    zeroed where a test could not tell it from independent nights: on a 40-night baseline
+    a true 0.2 often cannot be told, and taking it as 0 made wander read as change (false
+    alarms 0.50 per 100 nights on autocorrelated series against 0.43 kept,
+    ``benchmarks/trends_replay.py``)."""
     n = len(residuals)
     if n < 8 or not np.any(residuals):
         return 0.0
     r = residuals - residuals.mean()
     rho = float(np.dot(r[:-1], r[1:]) / np.dot(r, r))
-    if rho < 1 / math.sqrt(n):
-        return 0.0
     # the estimate is biased low by about (1 + 4 rho) / n on a short series
-    return min(rho + (1 + 4 * rho) / n, 0.8)
+    return min(max(rho + (1 + 4 * max(rho, 0.0)) / n, 0.0), 0.8)
 
 
 def autocorr_factor(rho: float, k: int) -> float:
@@ -183,15 +196,26 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
         raise ValueError(f"direction must be one of {DIRECTIONS}, not {direction!r}")
     arr = np.asarray(values, dtype=float)
     t = len(arr) - 1
-    nights = np.flatnonzero(~np.isnan(arr))
-    nights = nights[nights >= start]
-    if len(nights) < s.min_baseline + 1 or nights[-1] != t:
+    present = np.flatnonzero(~np.isnan(arr))
+    nights = present[present >= start]
+    if not len(nights) or nights[-1] != t:
+        return None
+    # after a restart the noise need not be learnt again from scratch: the nights before it
+    # (the level before the change raised) tell the series' relative noise
+    prior = arr[present[present < start][-s.prior_nights:]]
+    prior_rel = _relative_noise(prior, binomial_n) if len(prior) >= s.min_baseline else None
+    needed = s.min_baseline if prior_rel is None else s.restart_baseline
+    if len(nights) < needed + 1:
         return None
     offset = max(0, len(nights) - 1 - s.lookback)
     nights = nights[offset:]
     seg = arr[nights]
     n = len(seg)
     sigma = _sigma(seg[:-1], binomial_n)
+    sigma_nights = n - 1
+    if prior_rel is not None and n - 1 < s.min_baseline:
+        sigma = max(sigma, prior_rel * abs(float(np.median(seg[:-1]))))
+        sigma_nights += len(prior)
     clean = clean_outliers(seg, sigma, s.outlier_sigmas)
     higher_worse = direction == "higher_is_worse"
 
@@ -214,7 +238,7 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
         return Change(int(nights[c]), t, base, float(np.mean(seg[c:])),
                       worse=(dev_last > 0) == higher_worse, z=float(dev_last), drastic=True)
 
-    ks = range(s.min_nights_after, min(s.recent, n - s.min_baseline) + 1)
+    ks = range(s.min_nights_after, min(s.recent, n - needed) + 1)
     if not ks:
         return None
     if binomial_n is None:
@@ -235,15 +259,20 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     # when one of them passes
     passing = [(abs(found[2]), n - k, found) for k in ks
                if (found := _evidence(clean, n - k, sigma, min_rel, s, raw=seg,
-                                      binomial_n=binomial_n)) is not None]
+                                      binomial_n=binomial_n,
+                                      sigma_nights=sigma_nights)) is not None]
     if not passing:
         return None
     # Otava decides whether and where the series changed; the noise test only refines the
     # night (Otava's split can land a night or two off with so few nights after it)
     # (Otava wants a list: given an ndarray it ignores the window bounds it slides over)
-    points, _ = compute_change_points(clean.tolist(), window_len=s.window_len,
+    # (a short baseline after a restart is shown with the nights before it: Otava needs
+    # nights on both sides, and finds the restart's own change there too)
+    lead = prior if n - 1 < s.min_baseline and prior_rel is not None else prior[:0]
+    shown = np.concatenate([lead, clean]) if len(lead) else clean
+    points, _ = compute_change_points(shown.tolist(), window_len=s.window_len,
                                       max_pvalue=s.otava_pvalue, min_magnitude=min_rel)
-    located = {int(cp.index) for cp in points}
+    located = {int(cp.index) - len(lead) for cp in points}
     confirmed = [p for p in passing if any(abs(p[1] - i) <= s.locate_tolerance for i in located)]
     if not confirmed:
         return None
@@ -273,13 +302,13 @@ def _worth_a_look(x: np.ndarray, ks: range, sigma: float, s: DetectorSettings) -
 
 
 def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSettings,
-              lo: int = 0, raw: np.ndarray | None = None,
-              binomial_n: int | None = None) -> tuple[float, float, float] | None:
+              lo: int = 0, raw: np.ndarray | None = None, binomial_n: int | None = None,
+              sigma_nights: int | None = None) -> tuple[float, float, float] | None:
     """(level before, mean after, z) when nights ``c..`` moved off the median of ``lo..c``
     by ``z_alert`` standard errors (of the baseline noise, or of their own scatter where that
     is wider) and ``min_rel``, every one of them on the moved side; else None."""
     before, after = x[lo:c], x[c:]
-    if len(before) < max(s.min_baseline // 2, 3) or len(after) < s.min_nights_after:
+    if len(before) < 3 or len(after) < s.min_nights_after:
         return None
     level = float(np.median(before))
     if not level:
@@ -319,8 +348,9 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
     se = math.sqrt(autocorr_factor(rho, len(after)) * sigma_after ** 2 / len(after)
                    + 1.57 * autocorr_factor(rho, len(before)) * sigma ** 2 / len(before))
     z = (mean - level) / se
-    # sigma itself is estimated from the baseline: on a short one, ask for more
-    needed = s.z_alert * math.sqrt(1 + 8 / len(before))
+    # sigma itself is estimated from the baseline (and the nights before a restart): on a
+    # short one, ask for more
+    needed = s.z_alert * math.sqrt(1 + 8 / (sigma_nights or len(before)))
     if abs(z) < needed or abs(mean / level - 1) < min_rel:
         return None
     # the nights after stand on the moved side: every one of up to four, all but one of more
@@ -329,6 +359,28 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
     if wrong > (len(measured) - 1) // s.wrong_side_every:
         return None
     return level, mean, z
+
+
+def infer_binomial_n(values, max_n: int = 5000) -> int | None:
+    """The number of items behind a series of proportions given without it: the smallest
+    ``n`` (up to ``max_n``) for which every value is a whole count of ``n`` (proportions of
+    200 items are multiples of 1/200; rounded to two decimals they read as of 100, which
+    only overstates the noise). None where the values are not proportions or fit no such
+    ``n`` (averaged, or rounded finer): the series then keeps the continuous noise model."""
+    x = np.asarray(values, dtype=float)
+    x = np.unique(x[~np.isnan(x)])
+    if len(x) < 4 or x.min() < 0 or x.max() > 1:
+        return None
+    ns = np.arange(1, max_n + 1, dtype=float)[:, None]
+    counts = x[None, :] * ns
+    fits = np.all(np.abs(counts - np.round(counts)) <= 1e-6 * ns, axis=1)
+    return int(ns[np.argmax(fits), 0]) if fits.any() else None
+
+
+def _relative_noise(x: np.ndarray, binomial_n: int | None) -> float | None:
+    """The noise of nights ``x`` relative to their level (None at level 0)."""
+    level = abs(float(np.median(x)))
+    return _sigma(x, binomial_n) / level if level else None
 
 
 def _sigma(x: np.ndarray, binomial_n: int | None) -> float:

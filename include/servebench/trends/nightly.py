@@ -48,14 +48,14 @@ from servebench.trends.attribution import (
     matching,
     recorded_change,
 )
-from servebench.trends.detect import DetectorSettings, detect, noise_sigma
+from servebench.trends.detect import DetectorSettings, noise_sigma
 from servebench.trends.series import (
     BY_COLUMN,
     CELL_KEY,
     build_series,
+    judge_series,
     metric_label,
     nightly_runs,
-    same_night,
     series_id,
 )
 
@@ -96,9 +96,8 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
         start = max(int(alerted.get(sid, 0)),
                     reset_night(annotations, first, dates))
         n = group["binomial_n"].dropna()
-        change = detect(values, first["direction"], start=start,
-                        binomial_n=int(n.iloc[-1]) if len(n) else None, settings=s,
-                        same_night=same_night(first["metric"]))
+        change = judge_series(values, first["metric"], first["direction"], start=start,
+                              binomial_n=int(n.iloc[-1]) if len(n) else None, settings=s)
         if change is None:
             continue
         if change.drastic and first["metric"] in TYPICAL and not _corroborated(

@@ -1,4 +1,5 @@
-"""Replay a history night by night through the detector the nightly DAG uses.
+"""Replay a history night by night through the rules the nightly DAG judges a series by
+(``series.judge_series``: the detector, the tail rule, accuracy's binomial noise).
 
 For each series and each night t the detector sees nights 0..t only, and its baseline starts
 after the last change it already alerted (as the DAG's does, from the ``regressions`` table):
@@ -20,8 +21,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from servebench.errors import HistoryError
-from servebench.trends.detect import DIRECTIONS, DetectorSettings, detect
-from servebench.trends.series import same_night
+from servebench.trends.detect import DIRECTIONS, DetectorSettings
+from servebench.trends.series import judge_series
 
 REQUIRED = ("series_id", "metric", "direction", "night", "value")
 ALERT_COLUMNS = ["series_id", "night_flagged", "night_alerted", "direction"]
@@ -80,9 +81,8 @@ def replay_series(series: SeriesHistory, settings: DetectorSettings | None = Non
     for t in range(len(series.values)):
         if t in resets:
             start = t
-        change = detect(series.values[:t + 1], series.direction, start=start,
-                        binomial_n=series.binomial_n, settings=settings,
-                        same_night=same_night(series.metric))
+        change = judge_series(series.values[:t + 1], series.metric, series.direction,
+                              start=start, binomial_n=series.binomial_n, settings=settings)
         if change is None:
             continue
         alerts.append({"series_id": series.series_id, "night_flagged": change.night,

@@ -13,9 +13,16 @@ import datetime as dt
 import hashlib
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
-from servebench.trends.detect import Direction
+from servebench.trends.detect import (
+    Change,
+    DetectorSettings,
+    Direction,
+    detect,
+    infer_binomial_n,
+)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,23 @@ def same_night(metric: str) -> bool:
     drastic guard): not for a tail statistic; any metric this suite does not define may."""
     found = BY_COLUMN.get(metric)
     return not (found and found.tail)
+
+
+def judge_series(values, metric: str, direction: Direction, *, start: int = 0,
+                 binomial_n: int | None = None,
+                 settings: DetectorSettings | None = None) -> Change | None:
+    """What the last night of one series (``values``, nights 0..t, NaN = no value) raises by
+    every rule that applies to a series on its own: the detector over the nights from
+    ``start`` (after the last change raised, or an annotation); no same-morning alert for a
+    tail statistic (``same_night``); and an accuracy series' binomial noise from its
+    golden-set size or, given as bare proportions, from the count they are whole multiples
+    of (``detect.infer_binomial_n``; so too for a metric this suite does not define whose
+    every value is such a proportion). The nightly task (``trends.nightly``) and the replay
+    (``trends.replay``) both judge a series by this."""
+    if binomial_n is None and (metric == ACCURACY.column or metric not in BY_COLUMN):
+        binomial_n = infer_binomial_n(values)
+    return detect(np.asarray(values, dtype=float), direction, start=start,
+                  binomial_n=binomial_n, settings=settings, same_night=same_night(metric))
 
 
 def metric_label(metric: str) -> str:

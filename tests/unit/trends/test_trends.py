@@ -5,13 +5,14 @@ import numpy as np
 import pandas as pd
 import pytest
 from servebench.cli import main
-from servebench.trends.detect import clean_outliers, detect
+from servebench.trends.detect import clean_outliers, detect, infer_binomial_n
 from servebench.trends.replay import (
     HistoryError,
     SeriesHistory,
     read_history,
     replay_series,
 )
+from servebench.trends.series import judge_series
 
 NIGHTS = 90
 
@@ -115,6 +116,45 @@ def test_accuracy_uses_binomial_noise():
     acc[55:] = rng.binomial(200, 0.83, size=NIGHTS - 55) / 200
     [alert] = alerts(acc, "lower_is_worse", binomial_n=200)
     assert alert["direction"] == "worse" and abs(alert["night_flagged"] - 55) <= 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_accuracy_given_as_bare_proportions_is_judged_as_counts_of_its_items(seed):
+    """A history with no golden-set size: its values are whole counts of 200, so the replay
+    (and the nightly task) judge it with the binomial noise of 200 items, alert for alert."""
+    rng = np.random.default_rng(seed)
+    acc = rng.binomial(200, 0.75, size=NIGHTS) / 200
+    acc[60:] = rng.binomial(200, 0.65, size=NIGHTS - 60) / 200
+    bare = replay_series(SeriesHistory("s", "lower_is_worse", acc, None, "accuracy"))
+    counted = replay_series(SeriesHistory("s", "lower_is_worse", acc, 200, "accuracy"))
+    assert bare == counted
+    assert [a["direction"] for a in near(bare, 60)] == ["worse"]
+
+
+def test_the_count_behind_proportions_is_inferred_or_left_alone():
+    rng = np.random.default_rng(1)
+    assert infer_binomial_n(rng.binomial(200, 0.8, 60) / 200) == 200
+    assert infer_binomial_n(rng.binomial(37, 0.8, 60) / 37) == 37
+    # rounded to two decimals they read as of 100: wider noise, never narrower
+    assert infer_binomial_n(np.round(rng.binomial(200, 0.8, 60) / 200, 2)) == 100
+    assert infer_binomial_n(rng.normal(0.8, 0.02, 60)) is None  # averaged, not a count
+    assert infer_binomial_n(100 * rng.normal(0.8, 0.02, 60)) is None  # not proportions
+    # a suite metric that is a continuous share keeps the continuous model
+    hit = np.round(rng.binomial(200, 0.8, NIGHTS) / 200, 3)
+    assert judge_series(hit[:60], "prefix_cache_hit_rate", "lower_is_worse") is None
+
+
+def test_a_second_change_a_week_after_the_first_is_raised_within_three_nights():
+    """After a change is raised the baseline restarts at its night; the nights before it
+    carry the noise, so the next change is judged from four nights on, not ten."""
+    x = noise(3)
+    x[50:] *= 1.10
+    x[56:] *= 1.10
+    found = alerts(x)
+    [first] = near(found, 50, 2)
+    [second] = near(found, 56, 2)
+    assert first["direction"] == second["direction"] == "worse"
+    assert second["night_alerted"] <= 59
 
 
 def test_clean_outliers_keeps_steps_and_the_last_night():
