@@ -187,6 +187,7 @@ def score(alerts: pd.DataFrame, events: pd.DataFrame, monitored: dict[str, int])
         for feature, on in (("all", True), ("autocorrelated", first["rho"] > 0),
                             ("heavy tails", first["heavy"]), ("gappy", first["gappy"]),
                             ("late start", first["late"]),
+                            ("accuracy", first["metric"] == "accuracy"),
                             ("unchanged", first["kind"] == "none"),
                             ("variance only", first["kind"] == "variance")):
             if on:
@@ -234,8 +235,8 @@ def run_seed(seed: int, args) -> None:
             rate, hit, n = columns[name][0]["rates"][key]
             cells.append(f"{rate:.1%} ({hit}/{n})")
         print(f"| ({key}) {text} | >= {target:.0%} | " + " | ".join(cells) + " |")
-    for feature in ("all", "autocorrelated", "heavy tails", "gappy", "late start", "unchanged",
-                    "variance only"):
+    for feature in ("all", "autocorrelated", "heavy tails", "gappy", "late start", "accuracy",
+                    "unchanged", "variance only"):
         cells = []
         for name in names:
             count, rate = columns[name][0]["false"].get(feature, (0, 0.0))

@@ -157,6 +157,19 @@ def test_a_second_change_a_week_after_the_first_is_raised_within_three_nights():
     assert second["night_alerted"] <= 59
 
 
+@pytest.mark.parametrize("seed", (1, 2, 3))
+def test_a_wild_night_back_across_the_old_level_does_not_hold_a_step_back(seed):
+    """A 5% step at 1% CV whose second night is an outlier five sigmas under the old level:
+    from four nights on the one night furthest off the others is forgiven, whichever way it
+    went, so the step is raised on its third night after, dated to its own night."""
+    x = noise(seed)
+    x[60:] *= 1.05
+    x[61] = 95.0
+    [alert] = near(alerts(x), 60, 3)
+    assert (alert["night_flagged"], alert["direction"]) == (60, "worse")
+    assert alert["night_alerted"] <= 63
+
+
 def test_clean_outliers_keeps_steps_and_the_last_night():
     x = np.array([100.0] * 10 + [150.0] + [100.0] * 5 + [130.0] * 3 + [170.0])
     out = clean_outliers(x, sigma=1.0, k=3.5)
