@@ -7,12 +7,13 @@ from typing import ClassVar
 
 from airflow.plugins_manager import AirflowPlugin
 from servebench.board import create_app
+from servebench.defaults import BOARD_PATH
 
 
 class ServebenchPlugin(AirflowPlugin):
     name = "servebench"
     fastapi_apps: ClassVar[list[dict]] = [
-        {"app": create_app(), "url_prefix": "/servebench", "name": "servebench benchmarks"}]
+        {"app": create_app(), "url_prefix": BOARD_PATH, "name": "servebench benchmarks"}]
     external_views: ClassVar[list[dict]] = [
-        {"name": "Benchmarks", "href": "servebench/", "url_route": "benchmarks",
+        {"name": "Benchmarks", "href": BOARD_PATH.lstrip("/") + "/", "url_route": "benchmarks",
          "destination": "nav", "category": "browse"}]

@@ -9,9 +9,10 @@ each sweep, the release gates' verdicts of the last weeks (``gate_verdicts``) an
 trend panels over the last nights (``notify.panels``: one per workload x load point, a line
 per variant, each night's value, run and what changed on hover, change nights marked),
 narrowed by a form (target, variant, workload, load point, metric, nights), and the latest
-night's latency vs throughput curve of each variant across its load points. Each finding
-links to its page (``render_finding``: the series' chart with the noise band, before -> after,
-the provenance of the runs on either side of the change, both runs' reports); two runs can be
+night's latency vs throughput curve of each variant across its load points. Each raised
+line links to its page (``render_finding``: the series' chart with the noise band, before ->
+after, the provenance of the runs on either side of the change, both runs' reports; for a
+newly failing cell or a gate failure, its nights and what it measured); two runs can be
 put side by side (``render_compare``, what ``servebench compare`` prints). Every value from a
 run is escaped; the charts are inline SVG and PNG, so the pages work inside the UI's iframe
 and behind a proxy alike, with nothing fetched at view time.
@@ -212,24 +213,31 @@ def _trend_form(view: TrendView, series: pd.DataFrame) -> str:
 
 
 def _finding_link(row: dict) -> str:
-    """Where a raised line leads: its finding's page, or the report of the run that raised
-    a failing cell or a gate failure."""
-    if row["kind"] in ("regression", "improvement", "host_change") and row.get("series_id"):
-        href = f"finding?run_id={quote(row['run_id'])}&series_id={quote(row['series_id'])}"
-        return f"(<a class='finding' href='{escape(href, quote=True)}'>chart, what changed</a>)"
-    return f"(<a href='{_report_href(row['run_id'])}'>report</a>)"
+    """Where a raised line leads: its page (``render_finding``)."""
+    if not row.get("series_id"):
+        return f"(<a href='{_report_href(row['run_id'])}'>report</a>)"
+    href = f"finding?run_id={quote(row['run_id'])}&series_id={quote(row['series_id'])}"
+    text = ("chart, what changed" if row["kind"] in ("regression", "improvement", "host_change")
+            else "its nights, what changed")
+    return f"(<a class='finding' href='{escape(href, quote=True)}'>{text}</a>)"
+
+
+# what the page of a newly failing cell draws: the first of its series it has (its typical
+# request); a gate failure's page draws its variant's golden-set accuracy
+FAILING_CHARTS = ("ttft_ms_p50", "tpot_ms_p50", "output_throughput", "max_load_within_slo")
 
 
 def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | None:
-    """A raised change's page: its series' chart (change night, before and after levels, the
-    before level's noise band), before -> after, its cause, the provenance of the runs on
-    either side of the change night side by side (what differs first), and both runs'
-    reports. None when run ``run_id`` raised nothing for ``series_id``."""
+    """A raised line's page. A change (regression, improvement, host change): its series'
+    chart (change night, before and after levels, the before level's noise band), before ->
+    after, its cause. A newly failing cell: its reason, its typical request's nights up to
+    the last ok one, what it measured then. A gate failure: its variant's accuracy over the
+    nights, tonight's against their level, the gate's reason. Each with the provenance of
+    the runs on either side of the change night side by side (what differs first) and both
+    runs' reports. None when run ``run_id`` raised nothing for ``series_id``."""
     import numpy as np
 
     from servebench.notify.charts import trend_chart
-    from servebench.notify.digest import alert_line, fmt_text
-    from servebench.trends.attribution import CELL_PROVENANCE, cell_at
     from servebench.trends.detect import noise_sigma
     from servebench.trends.nightly import load_history
 
@@ -239,48 +247,113 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
         return None
     alert = found.iloc[0].to_dict()
     runs, cells, series = load_history(store, run_id)
-    points = series[series["series_id"] == series_id].sort_values("night")
     change = runs[runs["run_id"] == alert.get("change_run_id")]
     night = int(change["night"].iloc[0]) if not change.empty else None
-    before_values = points[points["night"] < night]["value"].to_numpy() if night else []
-    noise = noise_sigma(np.asarray(before_values, float)) if len(before_values) >= 4 else None
-    title = f"{alert['kind'].replace('_', ' ')}: {alert_line(alert)}"
+    points, drawn = _charted(series, alert)
+    before_values = (points[points["night"] < night]["value"].to_numpy(dtype=float)
+                     if night is not None else np.array([]))
+    noise = noise_sigma(before_values) if len(before_values) >= 4 else None
+    if alert["kind"] not in ("regression", "improvement", "host_change") and len(before_values):
+        drawn["before"] = float(np.median(before_values[-7:]))  # its level before
+    title, rows = _finding_facts(alert, drawn, cells, runs, night)
     out = [_head("servebench: finding"), "<p><a href='./'>&larr; benchmarks</a></p>",
-           f"<h1 class='{escape(alert['kind'])}'>{_inline(title)}</h1>",
-           f"<p>cause: <strong>{escape(fmt_text(alert.get('cause')))}</strong></p>"]
+           f"<h1 class='{escape(alert['kind'])}'>{_inline(title)}</h1>"]
+    if isinstance(alert.get("cause"), str) and alert["cause"]:
+        out.append(f"<p>cause: <strong>{escape(alert['cause'])}</strong></p>")
     if not points.empty:
-        out.append(_img(trend_chart(points, alert, noise=noise, nights=len(points)),
-                        f"{series_id} over the nights"))
-    out.append("<table><tr><th></th><th>before</th><th>after</th><th>change</th></tr>"
-               f"<tr><td>level</td><td class='num'>{_num(alert.get('before'), '.4g')}</td>"
-               f"<td class='num'>{_num(alert.get('after'), '.4g')}</td>"
-               f"<td class='num'>{_num(alert.get('change_pct'), '+.1f')}%</td></tr>"
-               f"<tr><td>noise (σ of the nights before)</td><td class='num'>"
+        out.append(_img(trend_chart(points, drawn, noise=noise, nights=len(points)),
+                        f"{drawn['metric']} over the nights"))
+    out.append("<table><tr><th></th><th>before</th><th>after</th><th>change</th></tr>")
+    for label, before, after, delta in rows:
+        out.append(f"<tr><td>{escape(label)}</td><td class='num'>{before}</td>"
+                   f"<td class='num'>{after}</td><td class='num'>{delta}</td></tr>")
+    out.append(f"<tr><td>noise (σ of the nights before)</td><td class='num'>"
                f"{_num(noise, '.3g')}</td><td></td><td></td></tr></table>")
-    if night:
-        prior, after = runs[runs["night"] == night - 1], change
-        sides = [(r.iloc[0].to_dict() if not r.empty else {}) for r in (prior, after)]
-        row = {k: alert.get(k) for k in ("target", "stack", "variant", "workload",
-                                         "load_point")}
-        cells_of = [cell_at(cells, side["run_id"], row) or {} if side else {} for side in sides]
-        out.append("<h2>Provenance around the change</h2><table class='provenance'><tr>"
-                   "<th>what</th>" + "".join(
-                       f"<th>{escape(fmt_text(side.get('run_date')))} "
-                       f"<code>{escape(fmt_text(side.get('run_id')))}</code> "
-                       f"(<a href='{_report_href(side.get('run_id'))}'>report</a>)</th>"
-                       for side in sides) + "</tr>")
-        facts = [(k, *(c.get(k) for c in cells_of)) for k in (*CELL_PROVENANCE,
-                                                                 "measuring_code")]
-        facts += [(k, *(side.get(k) for side in sides)) for k in ("suite_git_sha",
-                                                                      "sweep_hash")]
-        facts.sort(key=lambda f: fmt_text(f[1]) == fmt_text(f[2]))  # what differs first
-        for key, a, b in facts:
-            differs = fmt_text(a) != fmt_text(b)
-            out.append(f"<tr class='{'differs' if differs else 'same'}'><td>{escape(key)}</td>"
-                       f"<td>{_short(a)}</td><td>{_short(b)}</td></tr>")
-        out.append("</table>")
+    if night is not None:
+        out += _provenance(runs, cells, alert, night, change)
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _charted(series: pd.DataFrame, alert: dict) -> tuple[pd.DataFrame, dict]:
+    """(the nights a raised line's page draws, the line as its chart reads it)."""
+    kind = alert["kind"]
+    if kind in ("regression", "improvement", "host_change"):
+        return series[series["series_id"] == alert["series_id"]].sort_values("night"), alert
+    mine = ((series["target"] == alert.get("target")) & (series["stack"] == alert.get("stack"))
+            & (series["variant"] == alert.get("variant")))
+    if kind == "gate_failure":
+        metrics = ("accuracy",)
+    else:
+        mine &= ((series["workload"] == alert.get("workload"))
+                 & (series["load_point"] == alert.get("load_point")))
+        metrics = FAILING_CHARTS
+    for metric in metrics:
+        points = series[mine & (series["metric"] == metric)].sort_values("night")
+        if not points.empty:
+            return points, {**alert, "metric": metric, "before": None, "change_pct": None,
+                            "after": alert.get("after") if kind == "gate_failure" else None}
+    return series.iloc[0:0], {**alert, "before": None, "after": None, "change_pct": None}
+
+
+def _finding_facts(alert: dict, drawn: dict, cells: pd.DataFrame, runs: pd.DataFrame,
+                   night: int | None) -> tuple[str, list[tuple[str, str, str, str]]]:
+    """(the page's title, its before -> after rows: label, before, after, change)."""
+    from servebench.notify.digest import alert_line, fmt_text
+    from servebench.trends.attribution import cell_at
+    from servebench.trends.series import metric_label
+
+    kind = alert["kind"]
+    label = metric_label(drawn["metric"]) if drawn.get("metric") else ""
+    if kind in ("regression", "improvement", "host_change"):
+        return (f"{kind.replace('_', ' ')}: {alert_line(alert)}",
+                [("level", _num(alert.get("before"), ".4g"), _num(alert.get("after"), ".4g"),
+                  f"{_num(alert.get('change_pct'), '+.1f')}%")])
+    if kind == "gate_failure":
+        before, after = drawn.get("before"), alert.get("after")
+        delta = (f"{100 * (after - before):+.1f} points"
+                 if before is not None and after is not None and after == after else "")
+        return (f"gate failure: {alert.get('target')} / {alert.get('variant')}: "
+                f"{fmt_text(alert.get('reason'))}",
+                [(f"{label} (its nights' level -> tonight)", _num(before, ".3f"),
+                  _num(after, ".3f"), delta)])
+    # newly failing: the night before, ok, against tonight
+    sides = [cell_at(cells, runs["run_id"].iloc[n], alert) or {} if 0 <= n < len(runs) else {}
+             for n in ((night or 0) - 1, night or 0)]
+    rows = [("status", escape(fmt_text(sides[0].get("status"))),
+             escape(fmt_text(sides[1].get("status"))), "")]
+    if drawn.get("metric"):
+        rows.append((label, _num(sides[0].get(drawn["metric"]), ".4g"),
+                     _num(sides[1].get(drawn["metric"]), ".4g"), ""))
+    return f"newly failing: {alert_line(alert)}", rows
+
+
+def _provenance(runs: pd.DataFrame, cells: pd.DataFrame, alert: dict, night: int,
+                change: pd.DataFrame) -> list[str]:
+    """The provenance of the runs on either side of ``night`` side by side, what differs
+    first, each run's report linked."""
+    from servebench.notify.digest import fmt_text
+    from servebench.trends.attribution import CELL_PROVENANCE, cell_at
+
+    prior = runs[runs["night"] == night - 1]
+    sides = [(r.iloc[0].to_dict() if not r.empty else {}) for r in (prior, change)]
+    row = {k: alert.get(k) for k in ("target", "stack", "variant", "workload", "load_point")}
+    cells_of = [cell_at(cells, side["run_id"], row) or {} if side else {} for side in sides]
+    out = ["<h2>Provenance around the change</h2><table class='provenance'><tr>"
+           "<th>what</th>" + "".join(
+               f"<th>{escape(fmt_text(side.get('run_date')))} "
+               f"<code>{escape(fmt_text(side.get('run_id')))}</code> "
+               f"(<a href='{_report_href(side.get('run_id'))}'>report</a>)</th>"
+               for side in sides) + "</tr>"]
+    facts = [(k, *(c.get(k) for c in cells_of)) for k in (*CELL_PROVENANCE, "measuring_code")]
+    facts += [(k, *(side.get(k) for side in sides)) for k in ("suite_git_sha", "sweep_hash")]
+    facts.sort(key=lambda f: fmt_text(f[1]) == fmt_text(f[2]))  # what differs first
+    for key, a, b in facts:
+        differs = fmt_text(a) != fmt_text(b)
+        out.append(f"<tr class='{'differs' if differs else 'same'}'><td>{escape(key)}</td>"
+                   f"<td>{_short(a)}</td><td>{_short(b)}</td></tr>")
+    out.append("</table>")
+    return out
 
 
 def render_compare(store: ResultStore, run_a: str | None, run_b: str | None) -> str:

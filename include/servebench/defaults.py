@@ -12,6 +12,7 @@ NIGHTLY_SCHEDULE = "0 2 * * *"
 # a night with no committed run this many hours after its scheduled time is announced as late
 # (the hourly nightly_deadline DAG; 6: 02:00 -> 08:00 UTC, before the team's morning)
 NIGHTLY_DEADLINE_HOURS = float(os.environ.get("SERVEBENCH_NIGHTLY_DEADLINE_HOURS", "6"))
+BOARD_PATH = "/servebench"  # where the Benchmarks view is mounted in the Airflow API server
 CLI_DAG_ID = "servebench-cli"  # what `servebench run` records as its dag_id (its own history)
 # the release gate's default thresholds: metric -> the largest relative worsening allowed
 RELEASE_GATE_THRESHOLDS = {"ttft_ms_p95": 0.25, "tpot_ms_p50": 0.15, "output_throughput": 0.10,

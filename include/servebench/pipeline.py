@@ -179,8 +179,9 @@ def detect_regressions(summary: dict, settings: Settings | None = None) -> dict:
 
 def write_report(run_id: str, settings: Settings | None = None) -> str:
     """(Re)write the HTML report of committed run ``run_id`` beside the results; where."""
-    store = open_store(settings or get_settings())
-    return Night.load(store, run_id).put_report(store)
+    settings = settings or get_settings()
+    store = open_store(settings)
+    return Night.load(store, run_id).put_report(store, airflow_url(settings))
 
 
 def send_digest(summary: dict, settings: Settings | None = None,

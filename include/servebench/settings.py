@@ -53,8 +53,8 @@ class Settings(BaseSettings):
     slack_channel: str = Field("#servebench", description="channel for the digest")
     slack_conn_id: str = Field("slack_api_default", description="Airflow Slack connection")
     airflow_url: str | None = Field(
-        None, description="Airflow UI base URL for run links in the digest "
-                          "(default: Airflow's [api] base_url; none, no links)")
+        None, description="Airflow UI base URL for the digest's and report's links "
+                          "(runs, raised lines' pages; default: Airflow's [api] base_url)")
     health_timeout_s: float = Field(300.0, gt=0)
     suite_git_sha: str | None = Field(
         None, description="the suite's commit where there is no .git (baked into the image)")

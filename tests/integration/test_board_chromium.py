@@ -21,9 +21,8 @@ from servebench.settings import Settings
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def served(fresh_regression_history):
-    store = fresh_regression_history[0]
+def _serve(store):
+    """The board app over ``store`` on uvicorn on a free loopback port; yields its base URL."""
     app = create_app(Settings(results_uri=store.uri))
     [access] = app.router.dependencies
     app.dependency_overrides[access.dependency] = lambda: None  # a reader Airflow let in
@@ -37,9 +36,18 @@ def served(fresh_regression_history):
     while not server.started:
         assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
         time.sleep(0.1)
-    yield store, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def served(fresh_regression_history):
+    store = fresh_regression_history[0]
+    for base in _serve(store):
+        yield store, base
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
@@ -82,3 +90,29 @@ def test_the_view_finds_the_regression_clicks_through_filters_and_compares(serve
     assert "Two runs side by side" in compare and compare.count("<tr><td>t / ") == 2
     screenshot(f"{base}/compare?a={a}&b={b}", profile, "benchmarks-compare.png",
                size="1280,900")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (.ci/run installs it)")
+def test_a_newly_failing_cell_and_a_gate_failure_click_through_to_their_pages(synthetic_history,
+                                                                              tmp_path):
+    """The 30-night store's last week: f16's cell failing (SIGSEGV) and q4's gate failing,
+    each line followed from the board to its page."""
+    profile = tmp_path / "profile"
+    for base in _serve(synthetic_history[0]):
+        board = dump_dom(base + "/", profile)
+        raised = board.split("Raised in the last")[1].split("Quality gate (latest")[0]
+        failing = raised.split("Newly failing cells (1)")[1].split("</ul>")[0]
+        gate = raised.split("Quality gate failures (1)")[1].split("</ul>")[0]
+        pages = {}
+        for name, section in (("failing", failing), ("gate", gate)):
+            [href] = re.findall(r'<a class="finding" href="([^"]+)"', section)
+            pages[name] = f"{base}/{unescape(href)}"
+        text = text_of(dump_dom(pages["failing"], profile))
+        assert "newly failing" in text and "SIGSEGV" in text
+        assert "status ok failed" in " ".join(text.split())
+        dom = dump_dom(pages["gate"], profile)
+        assert "gate failure: t / q4: accuracy 0.80 vs 0.90" in text_of(dom)
+        assert dom.count('src="data:image/png;base64,') == 1
+        shot = screenshot(pages["failing"], profile, "benchmarks-failing.png",
+                          size="1280,1100")
+        assert shot.stat().st_size > 20_000

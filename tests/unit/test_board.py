@@ -139,8 +139,38 @@ def test_a_finding_links_to_its_chart_and_the_provenance_around_it(store):
 def test_the_boards_raised_lines_link_to_their_pages(store):
     page = render_board(store)
     raised = page.split("Raised in the last")[1].split("<h2>Quality gate")[0]
-    # a failing cell and a gate failure lead to the report of the run that raised them
-    assert raised.count("report?run_id=") == raised.count("<li>") >= 2
+    # the last week's failing cell and gate failure lead to their pages
+    assert raised.count("finding?run_id=") == raised.count("<li>") >= 2
+
+
+def _page_of(store, kind):
+    from servebench.board import render_finding
+
+    alerts = store.read_table("regressions").to_pandas()
+    row = alerts[alerts["kind"] == kind].iloc[0]
+    return render_finding(store, row["run_id"], row["series_id"])
+
+
+def test_a_newly_failing_cells_page_says_why_with_its_nights_and_what_changed(store):
+    """f16's cell failing on night 25 (SIGSEGV): its page gives the reason, the cell's
+    typical request (output tok/s, the first of its series it has) over its nights until then, ok -> failed against the night before, and the two
+    runs' provenance side by side with their reports."""
+    page = _page_of(store, "newly_failing")
+    assert "newly failing" in page and "SIGSEGV" in page
+    assert page.count("data:image/png;base64,") == 1
+    assert "<td>status</td><td class='num'>ok</td><td class='num'>failed</td>" in page
+    assert "<td>output tok/s</td>" in page
+    assert "Provenance around the change" in page and page.count("report?run_id=") == 2
+
+
+def test_a_gate_failures_page_draws_its_variants_accuracy(store):
+    """q4's gate failing on night 26: its page gives the gate's reason and the variant's
+    accuracy over the nights, tonight's against their level."""
+    page = _page_of(store, "gate_failure")
+    assert "gate failure: t / q4: accuracy 0.80 vs 0.90" in page
+    assert page.count("data:image/png;base64,") == 1
+    assert "golden-set accuracy (its nights&#x27; level -&gt; tonight)" in page
+    assert page.count("report?run_id=") == 2
 
 
 def test_the_trends_narrow_to_one_variant_and_metric(store):

@@ -44,7 +44,7 @@ def trend_chart(series: pd.DataFrame, alert: dict, noise: float | None = None,
     ax.axvline(change, color=color, linestyle="--", linewidth=1.2)
     before = dates[dates < change]
     after = dates[dates >= change]
-    if len(before):
+    if len(before) and alert.get("before") is not None:
         ax.hlines(alert["before"], before.iloc[0], before.iloc[-1], color=NEUTRAL,
                   linestyle=":", linewidth=1)
     if noise and alert.get("before") is not None:

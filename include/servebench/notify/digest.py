@@ -208,6 +208,17 @@ def run_url(airflow_url: str | None, dag_id: Any, run_id: Any) -> str | None:
             f"/runs/{quote(str(run_id), safe='')}")
 
 
+def finding_url(airflow_url: str | None, run_id: Any, series_id: Any) -> str | None:
+    """The Benchmarks view's page of a raised line (``board.render_finding``: its chart,
+    before -> after, the provenance around it), when the Airflow base URL is known."""
+    from servebench.defaults import BOARD_PATH
+
+    if not airflow_url or is_missing(run_id) or is_missing(series_id):
+        return None
+    return (f"{airflow_url.rstrip('/')}{BOARD_PATH}/finding?run_id={quote(str(run_id), safe='')}"
+            f"&series_id={quote(str(series_id), safe='')}")
+
+
 def _header(run: dict, cells: pd.DataFrame, results_uri: str,
             airflow_url: str | None = None) -> list[str]:
     sweep = fmt_text(run.get("sweep_name"))
@@ -281,12 +292,15 @@ def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = 
                      airflow_url: str | None = None, dag_id: str | None = None) -> list[str]:
     """Markdown for the night's alerts, regressions first, grouped into findings (alerts with
     one change night, kind and cause) with the cause said once, each linking its chart and,
-    when the Airflow URL is known, the run of its change night."""
+    when the Airflow URL is known, the run of its change night and its page in the
+    Benchmarks view."""
     charts = charts or {}
 
     def line(r: dict) -> str:
         chart = charts.get(r.get("series_id"))
-        return alert_line(r, airflow_url, dag_id) + (f" ([chart]({chart}))" if chart else "")
+        page = finding_url(airflow_url, r.get("run_id"), r.get("series_id"))
+        return (alert_line(r, airflow_url, dag_id) + (f" ([chart]({chart}))" if chart else "")
+                + (f" ([what changed]({page}))" if page else ""))
 
     titled = [kind for kind, _ in KIND_TITLES]
     if regressions is None or not regressions["kind"].isin(titled).any():

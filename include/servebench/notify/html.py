@@ -20,6 +20,7 @@ from servebench.notify.digest import (
     KIND_TITLES,
     alert_line,
     cell_records,
+    finding_url,
     fmt_text,
     gate_lines,
     is_missing,
@@ -91,8 +92,10 @@ def _lever_table(rows: list[dict]) -> str:
 
 def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
                   regressions: pd.DataFrame | None, pngs: dict[str, bytes],
-                  levers: list[dict] | None = None) -> str:
-    """The report's HTML. ``pngs`` maps a series_id or ``target:<name>`` to a chart."""
+                  levers: list[dict] | None = None, airflow_url: str | None = None) -> str:
+    """The report's HTML. ``pngs`` maps a series_id or ``target:<name>`` to a chart; with
+    ``airflow_url`` (the UI's base URL) each raised line links its page in the Benchmarks
+    view (absolute: the report is also read as a file, outside the view)."""
     sweep = fmt_text(run.get("sweep_name"))
     date = fmt_text(run.get("run_date"))
     out = [f"<!doctype html><html><head><meta charset='utf-8'>"
@@ -118,7 +121,10 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
         out.append(f'<h3 class="{kind}">{escape(title)} ({len(rows)})</h3><ul>')
         for row in rows:
             cause = fmt_text(row.get("cause"))
-            out.append(f"<li>{_inline_md(alert_line(row))}; cause: {escape(cause)}</li>")
+            page = finding_url(airflow_url, row.get("run_id"), row.get("series_id"))
+            link = (f" (<a class='finding' href='{escape(page, quote=True)}'>chart, what "
+                    f"changed</a>)" if page else "")
+            out.append(f"<li>{_inline_md(alert_line(row))}; cause: {escape(cause)}{link}</li>")
             if row.get("series_id") in pngs:
                 out.append(_img(pngs[row["series_id"]], f"{kind}: {row['series_id']}"))
         out.append("</ul>")

@@ -85,12 +85,13 @@ class Night:
         return cls(run_id, run_date, cells, run, regressions, charts, files, pngs,
                    lever_rows(cells, requests), missing)
 
-    def put_report(self, store: ResultStore) -> str:
-        """The HTML report, beside the results; where."""
+    def put_report(self, store: ResultStore, airflow_url: str | None = None) -> str:
+        """The HTML report, beside the results (its raised lines linking their pages in the
+        Benchmarks view where ``airflow_url`` is known); where."""
         return store.put_text(
             report_path(self.run_date, self.run_id),
             render_report(self.cells, self.run, store.uri, self.regressions, self.pngs,
-                          self.levers))
+                          self.levers, airflow_url=airflow_url))
 
     def tell(self, store: ResultStore, notifier: Notifier | None, *,
              airflow_url: str | None = None) -> str:
@@ -101,7 +102,7 @@ class Night:
                                  reaped=recently_reaped(store), missing=self.missing)
         where = store.put_text(f"digests/date={self.run_date}/{encode_run_id(self.run_id)}.md",
                                markdown)
-        log.info("report: %s", self.put_report(store))
+        log.info("report: %s", self.put_report(store, airflow_url))
         where += announce(notifier, "the digest", markdown, self.files)
         log.info("digest: %s", where)
         return where

@@ -22,7 +22,9 @@ WIDTH, HEIGHT = 330, 170
 LEFT, RIGHT, TOP, BOTTOM = 46, 8, 20, 24
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
           "#7f7f7f", "#bcbd22", "#17becf")
-KIND_COLORS = {"regression": "#c0392b", "improvement": "#1e8449", "host_change": "#b9770e"}
+KIND_COLORS = {"regression": "#c0392b", "improvement": "#1e8449", "host_change": "#b9770e",
+               "newly_failing": "#c0392b", "gate_failure": "#c0392b"}
+CHANGE_KINDS = ("regression", "improvement", "host_change")  # what a panel marks on its night
 
 
 def trend_panels(series: pd.DataFrame, target: str, metric: str,
@@ -57,7 +59,7 @@ def _changes(alerts: pd.DataFrame | None, target: str, metric: str,
     if alerts is None or alerts.empty:
         return {}
     mine = alerts[(alerts["target"] == target) & (alerts["metric"] == metric)
-                  & alerts["kind"].isin(list(KIND_COLORS))
+                  & alerts["kind"].isin(CHANGE_KINDS)
                   & (pd.to_datetime(alerts["change_date"]) >= since)]
     out: dict[tuple, list[dict]] = {}
     for row in mine.to_dict("records"):

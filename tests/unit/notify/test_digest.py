@@ -149,3 +149,25 @@ def test_the_reports_lever_table_is_a_real_table():
     section = html.split("What each variant buys")[1].split("<h2>")[0]
     assert "<pre>" not in section and "<th>variant vs baseline</th>" in section
     assert '<td class="">q8_0 vs f16</td>' in section and "-12.5% [-15.0, -10.0]" in section
+
+
+def test_with_the_airflow_url_each_raised_line_links_its_page_in_the_benchmarks_view():
+    """The digest and the report link a raised line to its page (board.render_finding) when
+    the Airflow base URL is known: absolute, since both are read outside the view."""
+    from servebench.notify.digest import regression_lines
+    from servebench.notify.html import render_report
+
+    alert = pd.DataFrame([dict(
+        run_id=RUN["run_id"], series_id="cpu/q8_0/chat/c4/ttft_ms_p50#ab", kind="regression",
+        target="cpu", variant="q8_0", workload="chat", load_point="c4", metric="ttft_ms_p50",
+        before=10.0, after=12.0, change_pct=20.0, nights_since=3, change_date="2025-02-27",
+        change_run_id="r", cause="engine_version b1 -> b2", finding="f")])
+    page = ("http://af/servebench/finding?run_id=scheduled__2025-03-01T00%3A00%3A00%2B00%3A00"
+            "&series_id=cpu%2Fq8_0%2Fchat%2Fc4%2Fttft_ms_p50%23ab")
+    assert f"([what changed]({page}))" in "\n".join(regression_lines(alert, {}, "http://af"))
+    assert "what changed" not in "\n".join(regression_lines(alert, {}))
+    table = cells().assign(cell_id=lambda f: [f"c{i}" for i in range(len(f))])
+    html = render_report(table, RUN, "s3://bench/servebench", alert, {},
+                         airflow_url="http://af/")
+    assert f"href='{page.replace('&', '&amp;')}'" in html
+    assert "class='finding'" not in render_report(table, RUN, "s3://b", alert, {})
