@@ -10,6 +10,7 @@ there, named, instead of every cell failing at run time.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -100,7 +101,11 @@ def local_tokenizer_file(model: str, project_root: Path, revision: str | None = 
         return None
     from huggingface_hub import try_to_load_from_cache
 
-    cached = try_to_load_from_cache(model, "tokenizer.json", revision=revision)
+    # the cache this process's environment names now: huggingface_hub resolves its default
+    # once, at its first import, which may predate the environment the plan runs in
+    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
+    cache = os.environ.get("HF_HUB_CACHE") or str(home / "hub")
+    cached = try_to_load_from_cache(model, "tokenizer.json", cache_dir=cache, revision=revision)
     return Path(cached) if isinstance(cached, str) else None
 
 
