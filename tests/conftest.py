@@ -16,6 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("AIRFLOW_HOME", str(ROOT / ".airflow"))
 os.environ.setdefault("AIRFLOW__CORE__DAGS_FOLDER", str(ROOT / "dags"))
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
+# no test reaches the Hugging Face Hub (no internet): the gated-model plan check is tested
+# against a stand-in of the Hub API on loopback (tests/unit/provision/test_hub.py)
+os.environ.setdefault("SERVEBENCH_HUB_ENDPOINT", "")
 os.environ.setdefault(
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{ROOT / '.airflow' / 'airflow.db'}"
 )

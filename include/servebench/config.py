@@ -514,6 +514,10 @@ class Ec2Provision(_Strict):
     root_volume_type: Literal["gp3", "gp2", "io1", "io2"] = "gp3"
     model_cache: str = Field("/opt/servebench/hub", description="host folder for weights, "
                              "mounted as the stack's hub cache (kept across variants)")
+    instance_store: bool = Field(
+        True, description="where the instance type has NVMe instance-store volumes, format "
+        "them at the first launch (RAID 0 when several) and keep Docker's images and "
+        "model_cache there instead of the root volume (ephemeral: gone with the instance)")
     hf_token_parameter: str | None = Field(
         None, description="SSM parameter (SecureString) the instance reads HF_TOKEN from; "
         "the token never travels in the command")

@@ -55,6 +55,9 @@ class Settings(BaseSettings):
     airflow_url: str | None = Field(
         None, description="Airflow UI base URL for the digest's and report's links "
                           "(runs, raised lines' pages; default: Airflow's [api] base_url)")
+    hub_endpoint: str | None = Field(
+        "https://huggingface.co", description="the Hugging Face Hub the plan asks whether a "
+        "provisioned variant's model is gated (servebench.hub); empty: not asked")
     health_timeout_s: float = Field(300.0, gt=0)
     suite_git_sha: str | None = Field(
         None, description="the suite's commit where there is no .git (baked into the image)")

@@ -43,6 +43,22 @@ esac
 """
 
 
+# every stand-in instance's block devices and the commands that format and mount them: the
+# launch script runs as root on this machine, so no real lsblk, mkfs, mdadm, mount or
+# systemctl may ever answer it. Each host's devices are in its state dir (``instance-store``:
+# "NAME MODEL" lines, as ``lsblk -d -n -o NAME,MODEL`` prints them); what the script did to
+# them is logged to ``disk.log``, its mounts to ``mounts``.
+DISK_SHIMS = {
+    "lsblk": '#!/bin/sh\ncat "$DOCKER_SHIM_STATE/instance-store" 2>/dev/null || true\n',
+    "mountpoint": '#!/bin/sh\ngrep -qxF "$2" "$DOCKER_SHIM_STATE/mounts" 2>/dev/null\n',
+    "mount": ('#!/bin/sh\necho "mount $*" >> "$DOCKER_SHIM_STATE/disk.log"\n'
+              'for last; do :; done\necho "$last" >> "$DOCKER_SHIM_STATE/mounts"\n'),
+    **{name: f'#!/bin/sh\necho "{name} $*" >> "$DOCKER_SHIM_STATE/disk.log"\n'
+       for name in ("mkfs.xfs", "mdadm", "systemctl")},
+}
+EBS_ROOT = "nvme0n1 Amazon Elastic Block Store"
+
+
 def ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
     argv = ["ip", "netns", "exec", netns, "ip", *args] if netns else ["ip", *args]
     return subprocess.run(argv, check=check, capture_output=True, text=True)
@@ -87,6 +103,8 @@ class StandInHosts:
         # False: no agent registers (an instance without an SSM instance profile, an AMI
         # without the agent): every command is refused as SSM refuses an agent not online
         self.agents_online = True
+        # the NVMe instance-store volumes each new instance has (lsblk NAME MODEL lines)
+        self.instance_store: list[str] = []
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._bin = workdir / "bin"
@@ -105,6 +123,10 @@ class StandInHosts:
         smi = self._bin / "nvidia-smi"
         smi.write_text(NVIDIA_SMI)
         smi.chmod(0o755)
+        for name, text in DISK_SHIMS.items():
+            shim = self._bin / name
+            shim.write_text(text)
+            shim.chmod(0o755)
         ip("link", "del", BRIDGE, check=False)
         ip("link", "add", BRIDGE, "type", "bridge")
         ip("addr", "add", f"{GATEWAY}/24", "dev", BRIDGE)
@@ -150,6 +172,8 @@ class StandInHosts:
         ip("route", "add", "default", "via", GATEWAY, netns=netns)
         host = Host(iid, address, netns, self.workdir / iid)
         host.state_dir.mkdir(parents=True, exist_ok=True)
+        (host.state_dir / "instance-store").write_text(
+            "\n".join([EBS_ROOT, *self.instance_store]) + "\n")
         threading.Thread(target=self._agent, args=(host,), daemon=True).start()
         with self._lock:
             self.hosts[iid] = host

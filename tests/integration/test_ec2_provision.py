@@ -276,6 +276,46 @@ def test_a_variant_with_another_image_leaves_only_its_own_on_the_instance(aws, l
     assert pulled == [[IMAGE], [pinned], [IMAGE]]
 
 
+def test_the_instance_store_holds_images_and_weights_formatted_once(aws, local_sweep, caplog):
+    """An instance with two NVMe instance-store volumes: the first launch stripes and formats
+    them (never the root EBS volume), moves Docker's data and the model cache onto them, and
+    restarts Docker; the next variant's launch finds them mounted and formats nothing. (The
+    harness's lsblk, mdadm, mkfs.xfs, mount and systemctl are stand-ins: the script runs as
+    root on this machine.)"""
+    import logging
+
+    from servebench.config import load_sweep
+    from servebench.provision.ec2 import INSTANCE_STORE, Ec2Provisioner
+    from servebench.stacks import get_stack
+
+    _, hosts, *_ = aws
+    target = load_sweep(_sweep(aws, local_sweep, "nvme")).targets[0]
+    hosts.instance_store = [f"nvme{i}n1 Amazon EC2 NVMe Instance Storage" for i in (1, 2)]
+    caplog.set_level(logging.INFO, logger="servebench.provision.ec2")
+    try:
+        state = Ec2Provisioner.acquire("nvme-run", [target], get_settings(), dag_id="d")
+        prov = Ec2Provisioner.attach("nvme-run", state, get_settings())
+        host = hosts.hosts[state["adder-gpu"]["instance_id"]]
+        try:
+            for i, variant in enumerate(target.variants):
+                prov.stop(prov.launch(f"v-{i}", target, variant, get_stack("llama_cpp")))
+        finally:
+            prov.teardown()
+    finally:
+        hosts.instance_store = []
+    cache = target.provision.model_cache
+    assert (host.state_dir / "disk.log").read_text().splitlines() == [
+        "mdadm --create /dev/md/servebench --run --level=0 --raid-devices=2 /dev/nvme1n1 "
+        "/dev/nvme2n1",
+        "mkfs.xfs -f /dev/md/servebench",
+        f"mount /dev/md/servebench {INSTANCE_STORE}",
+        "systemctl stop docker.socket docker",
+        f"mount --bind {INSTANCE_STORE}/docker /var/lib/docker",
+        f"mount --bind {INSTANCE_STORE}/model-cache {cache}",
+        "systemctl start docker"]
+    assert "on its instance store, /dev/md/servebench (2 volume(s))" in caplog.text
+
+
 def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
     from servebench.config import load_sweep
     from servebench.provision.ec2 import Ec2Provisioner, client_token

@@ -34,6 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 from servebench.config import Ec2Placement, Ec2Provision
 from servebench.endpoint import Endpoint
 from servebench.errors import TeardownError
+from servebench.hub import gated_model_problems
 from servebench.provenance import GPU_QUERY, describe_gpus
 from servebench.provision.interface import (
     LaunchError,
@@ -126,8 +127,48 @@ def _instances(ec2, filters: list[dict]) -> list[dict]:
     return found
 
 
+# the model name EC2 gives its NVMe instance-store volumes (the root EBS volume's is "Amazon
+# Elastic Block Store"): only these are ever formatted
+INSTANCE_STORE_MODEL = "Amazon EC2 NVMe Instance Storage"
+INSTANCE_STORE = "/opt/servebench/instance-store"
+INSTANCE_STORE_MARK = "servebench-instance-store:"  # the device the script put it on
+
+
+def instance_store_lines(model_cache: str) -> list[str]:
+    """Shell lines that, once per instance (a mounted store is left as it is), put Docker's
+    data and ``model_cache`` on the instance's NVMe instance-store volumes, when it has any:
+    one is formatted (XFS), several are striped first (RAID 0); Docker is stopped while its
+    data directory moves (no container runs yet at the first launch). A 70B model's weights
+    and an engine image or two fit on the local NVMe of the instance types that serve them
+    (several TB on p4d/p5/g6e), where a default root volume fills."""
+    q = shlex.quote
+    store, cache = q(INSTANCE_STORE), q(model_cache)
+    return [
+        f"if ! mountpoint -q {store}; then",
+        "  devices=\"$(lsblk -d -n -o NAME,MODEL | awk "
+        f"'/{INSTANCE_STORE_MODEL}/ {{print \"/dev/\" $1}}')\"",
+        '  if [ -n "$devices" ]; then',
+        "    set -- $devices",
+        '    dev="$1"',
+        '    if [ "$#" -gt 1 ]; then',
+        '      mdadm --create /dev/md/servebench --run --level=0 --raid-devices="$#" "$@"',
+        "      dev=/dev/md/servebench",
+        "    fi",
+        '    mkfs.xfs -f "$dev"',
+        f'    mkdir -p {store} && mount "$dev" {store}',
+        "    systemctl stop docker.socket docker",
+        f"    mkdir -p {store}/docker {store}/model-cache /var/lib/docker {cache}",
+        f"    mount --bind {store}/docker /var/lib/docker",
+        f"    mount --bind {store}/model-cache {cache}",
+        "    systemctl start docker",
+        f'    echo {INSTANCE_STORE_MARK} "$dev ($# volume(s))"',
+        "  fi",
+        "fi"]
+
+
 def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str) -> list[str]:
-    """The shell lines SSM runs on the instance: the previous variant's container removed,
+    """The shell lines SSM runs on the instance: its instance store put to use (the first
+    time, where it has one: ``instance_store_lines``), the previous variant's container removed,
     every image but this variant's deleted (a target's variants may each bring an engine
     image of 10-20 GB: the root volume holds one, not all), the image pulled (its digest
     and the instance's GPUs printed for provenance), the new container started.
@@ -135,7 +176,7 @@ def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str
     ``model_cache``; any other host path is a path on the instance."""
     q = shlex.quote
     keep = f"docker image inspect --format '{{{{.Id}}}}' {q(launch.image)} 2>/dev/null || true"
-    lines = ["set -eu",
+    lines = ["set -eu", *(instance_store_lines(spec.model_cache) if spec.instance_store else []),
              f"docker rm -f {CONTAINER} >/dev/null 2>&1 || true",
              # the previous variants' images go; this one's stays (no second pull of it)
              f'keep="$({keep})"',
@@ -286,6 +327,9 @@ class Ec2Provisioner(Provisioner):
         problem = adapter.image_problem(launch.image)
         if problem:
             problems.append(f"field image: {problem}")
+        problems += gated_model_problems(variant.model, token_field="provision.hf_token_parameter",
+                                         has_token=bool(spec.hf_token_parameter),
+                                         endpoint=settings.hub_endpoint)
         return problems
 
     @classmethod
@@ -332,7 +376,11 @@ class Ec2Provisioner(Provisioner):
             exc.argv = launch.argv
             raise
         marked = {mark: line[len(mark):].strip() for line in output.splitlines()
-                  for mark in (DIGEST_MARK, GPU_MARK, CUDA_MARK) if line.startswith(mark)}
+                  for mark in (DIGEST_MARK, GPU_MARK, CUDA_MARK, INSTANCE_STORE_MARK)
+                  if line.startswith(mark)}
+        if marked.get(INSTANCE_STORE_MARK):
+            log.info("instance %s: Docker's images and the model cache on its instance store, "
+                     "%s", iid, marked[INSTANCE_STORE_MARK])
         if marked.get(DIGEST_MARK):
             self._digests[name] = marked[DIGEST_MARK]
         self._gpus[name] = describe_gpus(marked.get(GPU_MARK, "").split(";"),

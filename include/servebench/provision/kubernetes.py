@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from servebench.config import KubernetesProvision
 from servebench.endpoint import Endpoint
+from servebench.hub import gated_model_problems
 from servebench.provenance import gpus_from_node_labels
 from servebench.provision.interface import (
     LaunchError,
@@ -207,6 +208,9 @@ class KubernetesProvisioner(Provisioner):
         if problem:
             problems.append(f"field image: {problem}")
         spec = _spec(target)
+        problems += gated_model_problems(variant.model, token_field="provision.hf_token_secret",
+                                         has_token=bool(spec.hf_token_secret),
+                                         endpoint=settings.hub_endpoint)
         if launch.shm_size and quantity_bytes(spec.memory) <= quantity_bytes(
                 shm_quantity(launch)):
             problems.append(f"field provision.memory {spec.memory!r}: the pod's /dev/shm "

@@ -71,7 +71,9 @@ def test_the_script_relaunches_in_place_and_never_carries_the_token(tmp_path, mo
     lines = render_script(launch, spec.targets[0].provision,
                           hub_cache="/home/worker/.cache/huggingface")
     script = "\n".join(lines)
-    assert lines[1].startswith("docker rm -f servebench-server")  # the last variant goes
+    # the last variant goes, once the instance store (if any) is set up
+    assert next(x for x in lines if x.startswith("docker ")).startswith(
+        "docker rm -f servebench-server")
     run = lines[-1]
     assert run.startswith("docker run -d --name servebench-server")
     assert "--gpus 2" in run and "-p 8000:8000" in run
@@ -277,3 +279,21 @@ def test_the_root_volume_is_sized_on_the_amis_root_device(tmp_path, account):
     with pytest.raises(SpecError, match="size the root volume in the template"):
         load_sweep(_sweep(tmp_path, {"kind": "ec2", "instance_type": "g6e.xlarge",
                                      "launch_template": "lt-0abc", "root_volume_gb": 300}))
+
+
+def test_the_instance_store_is_set_up_first_and_only_where_asked(tmp_path):
+    """Its lines run before any docker command (Docker's data moves under it) and touch only
+    volumes EC2 names as instance storage; ``instance_store: false`` leaves them out."""
+    from servebench.provision.ec2 import INSTANCE_STORE_MODEL
+
+    spec = load_sweep(_sweep(tmp_path, EC2))
+    launch = get_stack("vllm").container_launch(spec.targets[0].variants[0], port=8000,
+                                                settings=get_settings())
+    lines = render_script(launch, spec.targets[0].provision, hub_cache="/nowhere")
+    first_docker = next(i for i, line in enumerate(lines) if line.startswith("docker "))
+    assert lines.index("    mkfs.xfs -f \"$dev\"") < first_docker
+    [listing] = [line for line in lines if "lsblk" in line]
+    assert f"/{INSTANCE_STORE_MODEL}/" in listing
+    off = load_sweep(_sweep(tmp_path, {**EC2, "instance_store": False}))
+    assert not any("mkfs" in line for line in render_script(
+        launch, off.targets[0].provision, hub_cache="/nowhere"))
