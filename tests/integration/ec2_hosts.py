@@ -192,6 +192,15 @@ class StandInHosts:
                 pass
         subprocess.run(["ip", "netns", "del", host.netns], capture_output=True, check=False)
 
+    def host(self, instance_id: str, timeout: float = 30.0) -> Host:
+        """The stand-in host of ``instance_id``, once the watcher has made it (it polls moto
+        every 0.2 s: a test that launched an instance may ask before then)."""
+        deadline = time.monotonic() + timeout
+        while instance_id not in self.hosts:
+            assert time.monotonic() < deadline, f"no stand-in host for {instance_id}"
+            time.sleep(0.05)
+        return self.hosts[instance_id]
+
     def running_servers(self) -> dict[str, list[str]]:
         """Each host's live processes (what still runs 'on the instance')."""
         return {iid: subprocess.run(["ip", "netns", "pids", h.netns], capture_output=True,

@@ -263,9 +263,9 @@ def test_a_variant_with_another_image_leaves_only_its_own_on_the_instance(aws, l
     target = load_sweep(_write(aws, "images", data)).targets[0]
     state = Ec2Provisioner.acquire("images-run", [target], get_settings(), dag_id="d")
     prov = Ec2Provisioner.attach("images-run", state, get_settings())
-    host = hosts.hosts[state["adder-gpu"]["instance_id"]]
     pulled = []
     try:
+        host = hosts.host(state["adder-gpu"]["instance_id"])
         for variant in (*target.variants, target.variants[0]):
             endpoint = prov.launch(f"v-{len(pulled)}", target, variant, get_stack("llama_cpp"))
             prov.stop(endpoint)
@@ -295,7 +295,7 @@ def test_the_instance_store_holds_images_and_weights_formatted_once(aws, local_s
     try:
         state = Ec2Provisioner.acquire("nvme-run", [target], get_settings(), dag_id="d")
         prov = Ec2Provisioner.attach("nvme-run", state, get_settings())
-        host = hosts.hosts[state["adder-gpu"]["instance_id"]]
+        host = hosts.host(state["adder-gpu"]["instance_id"])
         try:
             for i, variant in enumerate(target.variants):
                 prov.stop(prov.launch(f"v-{i}", target, variant, get_stack("llama_cpp")))
