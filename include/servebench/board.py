@@ -214,11 +214,12 @@ def _trend_form(view: TrendView, series: pd.DataFrame) -> str:
 
 def _finding_link(row: dict) -> str:
     """Where a raised line leads: its page (``render_finding``)."""
+    from servebench.trends.nightly import MOVES
+
     if not row.get("series_id"):
         return f"(<a href='{_report_href(row['run_id'])}'>report</a>)"
     href = f"finding?run_id={quote(row['run_id'])}&series_id={quote(row['series_id'])}"
-    text = ("chart, what changed" if row["kind"] in ("regression", "improvement", "host_change")
-            else "its nights, what changed")
+    text = "chart, what changed" if row["kind"] in MOVES else "its nights, what changed"
     return f"(<a class='finding' href='{escape(href, quote=True)}'>{text}</a>)"
 
 
@@ -238,8 +239,9 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
     import numpy as np
 
     from servebench.notify.charts import trend_chart
+    from servebench.trends.attribution import cell_at
     from servebench.trends.detect import noise_sigma
-    from servebench.trends.nightly import load_history
+    from servebench.trends.nightly import MOVES, load_history
 
     alerts = store.read_table("regressions", run_ids=[run_id]).to_pandas()
     found = alerts[alerts["series_id"] == series_id]
@@ -253,9 +255,14 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
     before_values = (points[points["night"] < night]["value"].to_numpy(dtype=float)
                      if night is not None else np.array([]))
     noise = noise_sigma(before_values) if len(before_values) >= 4 else None
-    if alert["kind"] not in ("regression", "improvement", "host_change") and len(before_values):
+    if alert["kind"] not in MOVES and len(before_values):
         drawn["before"] = float(np.median(before_values[-7:]))  # its level before
-    title, rows = _finding_facts(alert, drawn, cells, runs, night)
+    # the runs on either side of the change night, and the alert's cell in each
+    sides = ([(r.iloc[0].to_dict() if not r.empty else {})
+              for r in (runs[runs["night"] == night - 1], change)] if night is not None else [])
+    where = {k: alert.get(k) for k in ("target", "stack", "variant", "workload", "load_point")}
+    cells_of = [cell_at(cells, side["run_id"], where) or {} if side else {} for side in sides]
+    title, rows = _finding_facts(alert, drawn, cells_of)
     out = [_head("servebench: finding"), "<p><a href='./'>&larr; benchmarks</a></p>",
            f"<h1 class='{escape(alert['kind'])}'>{_inline(title)}</h1>"]
     if isinstance(alert.get("cause"), str) and alert["cause"]:
@@ -269,16 +276,18 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
                    f"<td class='num'>{after}</td><td class='num'>{delta}</td></tr>")
     out.append(f"<tr><td>noise (σ of the nights before)</td><td class='num'>"
                f"{_num(noise, '.3g')}</td><td></td><td></td></tr></table>")
-    if night is not None:
-        out += _provenance(runs, cells, alert, night, change)
+    if sides:
+        out += _provenance(sides, cells_of)
     out.append("</body></html>")
     return "\n".join(out)
 
 
 def _charted(series: pd.DataFrame, alert: dict) -> tuple[pd.DataFrame, dict]:
     """(the nights a raised line's page draws, the line as its chart reads it)."""
+    from servebench.trends.nightly import MOVES
+
     kind = alert["kind"]
-    if kind in ("regression", "improvement", "host_change"):
+    if kind in MOVES:
         return series[series["series_id"] == alert["series_id"]].sort_values("night"), alert
     mine = ((series["target"] == alert.get("target")) & (series["stack"] == alert.get("stack"))
             & (series["variant"] == alert.get("variant")))
@@ -296,16 +305,17 @@ def _charted(series: pd.DataFrame, alert: dict) -> tuple[pd.DataFrame, dict]:
     return series.iloc[0:0], {**alert, "before": None, "after": None, "change_pct": None}
 
 
-def _finding_facts(alert: dict, drawn: dict, cells: pd.DataFrame, runs: pd.DataFrame,
-                   night: int | None) -> tuple[str, list[tuple[str, str, str, str]]]:
-    """(the page's title, its before -> after rows: label, before, after, change)."""
+def _finding_facts(alert: dict, drawn: dict, cells_of: list[dict]
+                   ) -> tuple[str, list[tuple[str, str, str, str]]]:
+    """(the page's title, its before -> after rows: label, before, after, change);
+    ``cells_of``: the alert's cell the night before the change night and on it."""
     from servebench.notify.digest import alert_line, fmt_text
-    from servebench.trends.attribution import cell_at
+    from servebench.trends.nightly import MOVES
     from servebench.trends.series import metric_label
 
     kind = alert["kind"]
     label = metric_label(drawn["metric"]) if drawn.get("metric") else ""
-    if kind in ("regression", "improvement", "host_change"):
+    if kind in MOVES:
         return (f"{kind.replace('_', ' ')}: {alert_line(alert)}",
                 [("level", _num(alert.get("before"), ".4g"), _num(alert.get("after"), ".4g"),
                   f"{_num(alert.get('change_pct'), '+.1f')}%")])
@@ -318,27 +328,22 @@ def _finding_facts(alert: dict, drawn: dict, cells: pd.DataFrame, runs: pd.DataF
                 [(f"{label} (its nights' level -> tonight)", _num(before, ".3f"),
                   _num(after, ".3f"), delta)])
     # newly failing: the night before, ok, against tonight
-    sides = [cell_at(cells, runs["run_id"].iloc[n], alert) or {} if 0 <= n < len(runs) else {}
-             for n in ((night or 0) - 1, night or 0)]
-    rows = [("status", escape(fmt_text(sides[0].get("status"))),
-             escape(fmt_text(sides[1].get("status"))), "")]
+    before, now = (cells_of + [{}, {}])[:2]
+    rows = [("status", escape(fmt_text(before.get("status"))),
+             escape(fmt_text(now.get("status"))), "")]
     if drawn.get("metric"):
-        rows.append((label, _num(sides[0].get(drawn["metric"]), ".4g"),
-                     _num(sides[1].get(drawn["metric"]), ".4g"), ""))
+        rows.append((label, _num(before.get(drawn["metric"]), ".4g"),
+                     _num(now.get(drawn["metric"]), ".4g"), ""))
     return f"newly failing: {alert_line(alert)}", rows
 
 
-def _provenance(runs: pd.DataFrame, cells: pd.DataFrame, alert: dict, night: int,
-                change: pd.DataFrame) -> list[str]:
-    """The provenance of the runs on either side of ``night`` side by side, what differs
-    first, each run's report linked."""
+def _provenance(sides: list[dict], cells_of: list[dict]) -> list[str]:
+    """The provenance of the runs on either side of the change night (``sides``, with the
+    alert's cell in each: ``cells_of``) side by side, what differs first, each run's report
+    linked."""
     from servebench.notify.digest import fmt_text
-    from servebench.trends.attribution import CELL_PROVENANCE, cell_at
+    from servebench.trends.attribution import CELL_PROVENANCE
 
-    prior = runs[runs["night"] == night - 1]
-    sides = [(r.iloc[0].to_dict() if not r.empty else {}) for r in (prior, change)]
-    row = {k: alert.get(k) for k in ("target", "stack", "variant", "workload", "load_point")}
-    cells_of = [cell_at(cells, side["run_id"], row) or {} if side else {} for side in sides]
     out = ["<h2>Provenance around the change</h2><table class='provenance'><tr>"
            "<th>what</th>" + "".join(
                f"<th>{escape(fmt_text(side.get('run_date')))} "

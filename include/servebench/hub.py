@@ -1,4 +1,5 @@
-"""What the Hugging Face Hub says of a variant's model before anything is paid for.
+"""The Hugging Face Hub: this machine's cache of it (``hub_cache_dir``), and what the Hub says
+of a variant's model before anything is paid for.
 
 A gated model (Llama, Gemma, many Mistral releases) downloads only with a token: a server
 launched without one exits at once on a paid GPU. The plan asks the Hub API
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -22,6 +24,12 @@ log = logging.getLogger(__name__)
 TIMEOUT_S = 5.0
 # owner/name, as the Hub names repositories (a local path or a GGUF file is none)
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def hub_cache_dir() -> Path:
+    """This machine's Hugging Face cache folder ($HF_HOME, else ~/.cache/huggingface): what
+    the containers mount for weights (a provisioned host maps it to its own folder)."""
+    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
 
 
 def is_hub_id(model: str) -> bool:

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import httpx
 
+from servebench.hub import hub_cache_dir
+
 
 class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
@@ -103,8 +105,7 @@ def local_tokenizer_file(model: str, project_root: Path, revision: str | None = 
 
     # the cache this process's environment names now: huggingface_hub resolves its default
     # once, at its first import, which may predate the environment the plan runs in
-    home = Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
-    cache = os.environ.get("HF_HUB_CACHE") or str(home / "hub")
+    cache = os.environ.get("HF_HUB_CACHE") or str(hub_cache_dir() / "hub")
     cached = try_to_load_from_cache(model, "tokenizer.json", cache_dir=cache, revision=revision)
     return Path(cached) if isinstance(cached, str) else None
 

@@ -14,6 +14,8 @@ from urllib.parse import quote
 
 import pandas as pd
 
+from servebench.defaults import BOARD_PATH
+
 MISSING = "-"
 SORT_KEYS = ["target", "variant", "workload", "load_mode", "concurrency", "request_rate"]
 
@@ -211,8 +213,6 @@ def run_url(airflow_url: str | None, dag_id: Any, run_id: Any) -> str | None:
 def finding_url(airflow_url: str | None, run_id: Any, series_id: Any) -> str | None:
     """The Benchmarks view's page of a raised line (``board.render_finding``: its chart,
     before -> after, the provenance around it), when the Airflow base URL is known."""
-    from servebench.defaults import BOARD_PATH
-
     if not airflow_url or is_missing(run_id) or is_missing(series_id):
         return None
     return (f"{airflow_url.rstrip('/')}{BOARD_PATH}/finding?run_id={quote(str(run_id), safe='')}"

@@ -16,6 +16,7 @@ from html import escape
 
 import pandas as pd
 
+from servebench.trends.nightly import MOVES
 from servebench.trends.series import metric_label
 
 WIDTH, HEIGHT = 330, 170
@@ -24,7 +25,6 @@ COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
           "#7f7f7f", "#bcbd22", "#17becf")
 KIND_COLORS = {"regression": "#c0392b", "improvement": "#1e8449", "host_change": "#b9770e",
                "newly_failing": "#c0392b", "gate_failure": "#c0392b"}
-CHANGE_KINDS = ("regression", "improvement", "host_change")  # what a panel marks on its night
 
 
 def trend_panels(series: pd.DataFrame, target: str, metric: str,
@@ -59,7 +59,7 @@ def _changes(alerts: pd.DataFrame | None, target: str, metric: str,
     if alerts is None or alerts.empty:
         return {}
     mine = alerts[(alerts["target"] == target) & (alerts["metric"] == metric)
-                  & alerts["kind"].isin(CHANGE_KINDS)
+                  & alerts["kind"].isin(MOVES)  # a panel marks a series' change
                   & (pd.to_datetime(alerts["change_date"]) >= since)]
     out: dict[tuple, list[dict]] = {}
     for row in mine.to_dict("records"):

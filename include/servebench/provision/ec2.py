@@ -34,7 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError, WaiterError
 from servebench.config import Ec2Placement, Ec2Provision
 from servebench.endpoint import Endpoint
 from servebench.errors import TeardownError
-from servebench.hub import gated_model_problems
+from servebench.hub import gated_model_problems, hub_cache_dir
 from servebench.provenance import GPU_QUERY, describe_gpus
 from servebench.provision.interface import (
     LaunchError,
@@ -355,9 +355,6 @@ class Ec2Provisioner(Provisioner):
 
     # -- per variant ------------------------------------------------------------------------
     def launch(self, name, target, variant, adapter) -> Endpoint:
-        # imported here: the stacks import this package
-        from servebench.stacks.adapter import hub_cache_dir
-
         spec = _spec(target)
         facts = self._facts(target.name)
         launch = adapter.container_launch(variant, port=spec.port, settings=self.settings)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from servebench.config import KubernetesProvision
 from servebench.endpoint import Endpoint
-from servebench.hub import gated_model_problems
+from servebench.hub import gated_model_problems, hub_cache_dir
 from servebench.provenance import gpus_from_node_labels
 from servebench.provision.interface import (
     LaunchError,
@@ -220,10 +220,6 @@ class KubernetesProvisioner(Provisioner):
 
     def launch(self, name, target, variant, adapter) -> Endpoint:
         from kubernetes.client.exceptions import ApiException
-
-        from servebench.stacks.adapter import (
-            hub_cache_dir,  # stacks import the provisioners
-        )
 
         spec = _spec(target)
         launch = adapter.container_launch(variant, port=spec.port, settings=self.settings)

@@ -8,10 +8,8 @@ an exact output length. Adding a stack is one new module that registers itself.
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import ClassVar
 
 from packaging.specifiers import SpecifierSet
@@ -19,6 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.endpoint import Endpoint
+from servebench.hub import hub_cache_dir
 from servebench.settings import Settings
 from servebench.tokenize import TokenizeApi
 
@@ -296,12 +295,6 @@ def vllm_style_sampling(sampling: SamplingSpec, *, max_tokens: int, force_length
         "ignore_eos": force_length,
         "min_tokens": max_tokens if force_length else 0,
     }
-
-
-def hub_cache_dir() -> Path:
-    """This machine's Hugging Face cache folder ($HF_HOME, else ~/.cache/huggingface): what
-    the containers mount for weights (a provisioned host maps it to its own folder)."""
-    return Path(os.environ.get("HF_HOME", Path.home() / ".cache" / "huggingface"))
 
 
 def hf_model_in_container(

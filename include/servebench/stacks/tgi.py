@@ -44,11 +44,11 @@ What TGI cannot do:
 from __future__ import annotations
 
 from servebench.config import SamplingSpec, VariantSpec
+from servebench.hub import hub_cache_dir
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     EngineGauges,
     chat_request,
-    hub_cache_dir,
     register_stack,
 )
 from servebench.stacks.gpu import HfGpuStack, checkpoint_args, weights_dtype

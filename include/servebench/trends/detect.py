@@ -214,7 +214,8 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     n = len(seg)
     sigma = _sigma(seg[:-1], binomial_n)
     sigma_nights = n - 1
-    if prior_rel is not None and n - 1 < s.min_baseline:
+    lean = prior_rel is not None and n - 1 < s.min_baseline  # on the nights before a restart
+    if lean:
         sigma = max(sigma, prior_rel * abs(float(np.median(seg[:-1]))))
         sigma_nights += len(prior)
     clean = clean_outliers(seg, sigma, s.outlier_sigmas)
@@ -269,8 +270,8 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     # (Otava wants a list: given an ndarray it ignores the window bounds it slides over)
     # (a short baseline after a restart is shown with the nights before it: Otava needs
     # nights on both sides, and finds the restart's own change there too)
-    lead = prior if n - 1 < s.min_baseline and prior_rel is not None else prior[:0]
-    shown = np.concatenate([lead, clean]) if len(lead) else clean
+    lead = prior if lean else prior[:0]
+    shown = np.concatenate([lead, clean]) if lean else clean
     points, _ = compute_change_points(shown.tolist(), window_len=s.window_len,
                                       max_pvalue=s.otava_pvalue, min_magnitude=min_rel)
     located = {int(cp.index) - len(lead) for cp in points}

@@ -7,11 +7,11 @@ import datetime as dt
 import pytest
 import yaml
 from servebench.config import SpecError, load_sweep
+from servebench.hub import hub_cache_dir
 from servebench.provision import get_provisioner
 from servebench.provision.kubernetes import object_name, render, run_label
 from servebench.settings import PROJECT_ROOT, get_settings
 from servebench.stacks import get_stack
-from servebench.stacks.adapter import hub_cache_dir
 
 RUN = "scheduled__2026-12-01T02:00:00+00:00"
 NOW = dt.datetime(2026, 12, 1, 2, 5, tzinfo=dt.UTC)
