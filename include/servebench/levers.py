@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from servebench.loadgen.records import RequestRecord
+from servebench.records import RequestRecord
 from servebench.metrics import e2e_s, tpot_s, ttft_s
 
 N_BOOT = 1000

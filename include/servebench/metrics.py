@@ -1,6 +1,6 @@
 """THE canonical metric definitions of servebench — one set, derived from raw request records.
 
-Inputs: the measured :class:`~servebench.loadgen.records.RequestRecord` s of one cell (records
+Inputs: the measured :class:`~servebench.records.RequestRecord` s of one cell (records
 flagged ``warmup=True`` are ignored) and the measured window ``(start, end)`` in epoch seconds
 (default: first ``sent_at`` to last ``done_at`` of the given records).
 
@@ -90,7 +90,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from servebench.loadgen.records import RequestRecord
+from servebench.records import RequestRecord
 
 PERCENTILES = (50, 90, 95, 99)
 NAN = math.nan

@@ -14,7 +14,7 @@ import logging
 
 import pyarrow as pa
 
-from servebench.bench import cell_identity, failed_cell
+from servebench.bench.rows import cell_identity, failed_cell
 from servebench.cost import paid
 from servebench.evals.gate import cross_stack_columns, gate_columns
 from servebench.plan import Plan, Unit

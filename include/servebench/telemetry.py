@@ -26,7 +26,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 if TYPE_CHECKING:
-    from servebench.loadgen.records import RequestRecord
+    from servebench.records import RequestRecord
     from servebench.stacks.adapter import EngineGauges, PrefixCacheCounters
 
 log = logging.getLogger(__name__)

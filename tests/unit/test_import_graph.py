@@ -70,3 +70,30 @@ def test_no_import_circle():
 
 def test_a_circle_is_found():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The canonical definitions of the metrics and what they read: nothing above them (the load
+# generator, the runner, the store) may be needed to compute or test a metric.
+CANONICAL = "servebench.metrics"
+BELOW_METRICS = {"servebench.records"}  # the raw records every metric is computed from
+
+
+def _reach(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for w in edges[todo.pop()] - seen:
+            seen.add(w)
+            todo.append(w)
+    return seen
+
+
+def test_the_canonical_definitions_import_nothing_above_them():
+    edges = _graph()
+    assert _reach(edges, CANONICAL) <= BELOW_METRICS, _reach(edges, CANONICAL) - BELOW_METRICS
+    for module in BELOW_METRICS:  # and what they read imports nothing of servebench at all
+        assert edges[module] == set(), (module, edges[module])
+
+
+def test_reach_follows_imports_of_imports():
+    assert _reach({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, "a") == {"b", "c"}

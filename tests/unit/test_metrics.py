@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from servebench.loadgen.records import RequestRecord
+from servebench.records import RequestRecord
 from servebench.metrics import CellMetrics, Slo, ValidityChecks, compute_cell_metrics
 
 T0 = 1_700_000_000.0  # realistic epoch base: precision must survive large absolute times
@@ -177,7 +177,7 @@ def test_as_row_is_flat() -> None:
 
 
 def test_failed_requests_beyond_the_bound_make_the_cell_invalid_with_the_count():
-    from servebench.loadgen.records import RequestRecord
+    from servebench.records import RequestRecord
     from servebench.metrics import ValidityChecks, compute_cell_metrics
 
     def rec(i, ok):

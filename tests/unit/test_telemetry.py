@@ -50,7 +50,7 @@ def test_no_metrics_no_rate():
 
 
 def _rec(prompt, cached, ok=True):
-    from servebench.loadgen.records import RequestRecord
+    from servebench.records import RequestRecord
 
     return RequestRecord(request_id="r", cell_id="c", scheduled_at=0.0, prompt_tokens=prompt,
                          prompt_tokens_cached=cached, http_status=200 if ok else 500)

@@ -1,7 +1,6 @@
 """Load generation: load modes, the streaming clients, raw records.
 
-Public names (imported lazily, so ``servebench.metrics`` can import ``records`` without
-pulling in the engine):
+Public names (imported lazily: importing a record type or a mode pulls in no client):
 
 * modes: :class:`LoadSpec` (``closed``/``open``/``max_throughput``), :func:`run_load`
   (async, one process: ``single``), :func:`run_load_sync` (the runners' entry point:
@@ -11,7 +10,8 @@ pulling in the engine):
   :func:`resolve_client` and built by :func:`make_transport` -- or passed in
   (``run_load(..., transport=...)``);
 * scaling out: :func:`run_load_multiprocess` (the sweep spec's ``load.client_processes``);
-* results: :class:`LoadResult`, :class:`LagStats`, :class:`RequestRecord`, :class:`Clock`.
+* results: :class:`LoadResult`, :class:`LagStats`; the raw records (:class:`RequestRecord`,
+  :class:`Clock`) are :mod:`servebench.records`, below both this package and the metrics.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ _WHERE = {
     "arrival_offsets": "arrivals",
     "run_load_multiprocess": "multiproc",
     "LoadResult": "result", "LagStats": "result",
-    "RequestRecord": "records", "Clock": "records", "FastClient": "fastclient",
+    "RequestRecord": "servebench.records", "Clock": "servebench.records",
+    "FastClient": "fastclient",
     "Transport": "transport", "HttpxTransport": "transport", "resolve_client": "transport",
     "make_transport": "transport",
 }
@@ -34,5 +35,7 @@ def __getattr__(name: str) -> Any:
     if name in _WHERE:
         import importlib
 
-        return getattr(importlib.import_module(f"servebench.loadgen.{_WHERE[name]}"), name)
+        where = _WHERE[name]
+        module = where if "." in where else f"servebench.loadgen.{where}"
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(name)

@@ -40,7 +40,7 @@ from typing import Any
 
 import httpx
 
-from servebench.loadgen.records import Clock, RequestRecord
+from servebench.records import Clock, RequestRecord
 from servebench.loadgen.stream import (
     BODY_SNIPPET_BYTES,
     StaleConnection,

@@ -12,7 +12,7 @@ network read:
 
 * one ``recvmsg`` per readable socket (``loop.add_reader``; uvloop or the stdlib loop), and
   **one timestamp per read**: the kernel's receive time of the data (``SO_TIMESTAMPNS``, Linux;
-  mapped onto the run :class:`~servebench.loadgen.records.Clock` by the ``Clock.now() -
+  mapped onto the run :class:`~servebench.records.Clock` by the ``Clock.now() -
   time.time()`` offset read at the same moment), else ``Clock.now()`` at the read. Every event
   in one read gets it (they really arrived together). With kernel timestamps a busy event loop
   delays the *processing* of a chunk, not its recorded arrival: client queueing never lands in
@@ -60,7 +60,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from servebench.errors import TransportError
-from servebench.loadgen.records import Clock, RequestRecord
+from servebench.records import Clock, RequestRecord
 from servebench.loadgen.stream import (
     BODY_SNIPPET_BYTES,
     StaleConnection,

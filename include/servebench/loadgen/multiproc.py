@@ -15,7 +15,7 @@ ids keep their global index. With ``duration_s``, process ``p``'s ``j``-th measu
 gets global index ``warmup + j * N + p``.
 
 Each process (``spawn``: no state inherited from an Airflow worker) has its own event loop,
-keep-alive connections and :class:`~servebench.loadgen.records.Clock`; it opens connections,
+keep-alive connections and :class:`~servebench.records.Clock`; it opens connections,
 runs its share of the warm-up, reports ready, and all start the measured phase at one epoch
 time the parent picks once every process is ready.
 

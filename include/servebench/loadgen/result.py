@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from servebench.loadgen.records import RequestRecord
+from servebench.records import RequestRecord
 from servebench.metrics import CLIENT_LAG_BOUND_MS, client_lag_reasons
 
 

@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from servebench.loadgen.arrivals import LoadSpec
-from servebench.loadgen.records import Clock, RequestRecord
+from servebench.records import Clock, RequestRecord
 from servebench.loadgen.result import LagStats, LoadResult
 from servebench.loadgen.transport import Transport, make_transport
 

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from servebench.errors import TransportError
-from servebench.loadgen.records import RequestRecord
+from servebench.records import RequestRecord
 
 try:  # msgspec is ~2-3x faster than json.loads on small chunks and comes with Airflow.
     from msgspec import DecodeError as _DecodeError

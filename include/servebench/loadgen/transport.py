@@ -1,5 +1,5 @@
 """The load generator's transport seam: how one request goes out and comes back as one
-:class:`~servebench.loadgen.records.RequestRecord`, over a pool opened before the measured
+:class:`~servebench.records.RequestRecord`, over a pool opened before the measured
 window. Two implementations: the fast HTTP/1.1 client (:mod:`.fastclient`, plain ``http://``,
 what benchmarks next to the server use) and httpx (:mod:`.client`: TLS, proxies, HTTP/2).
 Both build and parse their records with :mod:`.stream`; which one a load uses is decided by
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from servebench.loadgen.records import Clock, RequestRecord
+from servebench.records import Clock, RequestRecord
 
 CLIENTS = ("fast", "httpx", "auto")
 

@@ -365,7 +365,7 @@ def validate_run(
 
 def _matrix_failures(cells, expected: Sequence[ExpectedCell], max_samples: int
                      ) -> list[ContractFailure]:
-    def cell_id(*key) -> str:  # as servebench.bench.cell_id spells it
+    def cell_id(*key) -> str:  # as servebench.bench.rows.cell_id spells it
         return "/".join(map(str, key))
 
     want = Counter(tuple(map(str, k)) for k in expected)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from servebench.loadgen.client import send_streaming
 from servebench.loadgen.engine import LoadSpec, run_load_sync
-from servebench.loadgen.records import Clock, RequestRecord
+from servebench.records import Clock, RequestRecord
 from servebench.metrics import compute_cell_metrics, e2e_s, ttft_s
 from servebench.testing import FakeServerConfig, serve_in_subprocess, serve_in_thread
 

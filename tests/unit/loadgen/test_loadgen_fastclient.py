@@ -13,7 +13,7 @@ import pytest
 from servebench.loadgen import client as httpx_client
 from servebench.loadgen import fastclient
 from servebench.loadgen.engine import LoadSpec, run_load_sync
-from servebench.loadgen.records import RequestRecord
+from servebench.records import RequestRecord
 from servebench.loadgen.stream import StreamState
 from servebench.metrics import ttft_s
 

@@ -110,7 +110,7 @@ def test_multiprocess_split_and_merge() -> None:
 
 
 def test_each_load_point_of_the_sweep_spec_drives_its_mode() -> None:
-    from servebench.bench import load_spec_for
+    from servebench.bench.cell import load_spec_for
     from servebench.config import LoadPoints
 
     load = LoadPoints(concurrency=[4], rates=[20], max_throughput=True, max_concurrency=8,

@@ -11,7 +11,7 @@ import pytest
 from servebench.loadgen.engine import LoadSpec, run_load, run_load_sync
 from servebench.loadgen.fastclient import FastClient
 from servebench.loadgen.multiproc import run_load_multiprocess
-from servebench.loadgen.records import Clock, RequestRecord
+from servebench.records import Clock, RequestRecord
 from servebench.loadgen.stream import finish_record, new_record
 from servebench.loadgen.transport import Transport
 from servebench.testing import FakeServerConfig, serve_in_thread

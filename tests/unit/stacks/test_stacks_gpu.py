@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 from servebench.config import EndpointSpec, SamplingSpec, SpeculativeSpec, VariantSpec
-from servebench.loadgen.records import RequestRecord
+from servebench.records import RequestRecord
 from servebench.loadgen.stream import StreamState
 from servebench.settings import Settings
 from servebench.stacks import get_stack
@@ -518,7 +518,7 @@ def test_sglang_seed_limit_is_recorded_when_sampling_uses_it():
 
 
 def test_a_stack_that_cannot_force_lengths_gets_natural_length_cells_with_their_own_history():
-    from servebench.bench import length_control
+    from servebench.bench.rows import length_control
     from servebench.trends.series import series_id
 
     assert (length_control(True), length_control(False)) == ("exact", "natural")

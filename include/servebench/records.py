@@ -9,7 +9,8 @@ while the absolute values stay comparable with other processes' ``time.time()`` 
 
 The records are the ground truth from which every metric in :mod:`servebench.metrics` is
 derived; they are stored as-is (see :meth:`RequestRecord.to_row`) so any later metric can be
-recomputed.
+recomputed. The load generator writes them and the metrics read them, so this module sits below
+both and imports nothing of servebench.
 """
 
 from __future__ import annotations
