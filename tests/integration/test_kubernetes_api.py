@@ -192,8 +192,9 @@ def _unschedulable() -> dict:
                    "nodes are available: 3 No preemption victims found for incoming pod."}]}
 
 
-def _event(reason: str, message: str, type_: str = "Warning") -> dict:
-    return {"type": type_, "reason": reason, "message": message}
+def _event(reason: str, message: str, type_: str = "Warning", **fields) -> dict:
+    """An event of the pod: ``fields`` (its source, times) as the API writes them."""
+    return {"type": type_, "reason": reason, "message": message, **fields}
 
 
 def test_an_image_that_cannot_be_pulled_fails_in_the_kubelets_words(tmp_path, cluster):
@@ -229,6 +230,35 @@ def test_an_unschedulable_pod_fails_after_its_grace_unless_a_node_is_coming(tmp_
                                                   "group size reached", "Normal"))
     why, took = _launch(tmp_path, cluster, unschedulable_grace_s=600)
     assert "the cluster autoscaler will not add a node" in why, why
+    assert took < 60
+
+
+def test_a_pod_karpenter_is_adding_a_node_for_waits_to_its_deadline(tmp_path, cluster):
+    """Karpenter's Nominated (posted through the events.k8s.io API: eventTime and series),
+    later than its own FailedScheduling and followed by the kube-scheduler's, holds the pod
+    past unschedulable_grace_s to health_timeout_s; a later FailedScheduling of Karpenter's
+    fails it at once, in Karpenter's words."""
+    api = cluster[0]
+    api.status = _unschedulable()
+    karpenter = {"source": {"component": "karpenter"}}
+    api.events = [
+        _event("FailedScheduling", "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+               source={"component": "default-scheduler"}, lastTimestamp="2026-12-04T02:06:00Z"),
+        _event("Nominated", "Pod should schedule on: nodeclaim/gpu-x7k2p", "Normal",
+               lastTimestamp=None, reportingComponent="karpenter",
+               eventTime="2026-12-04T01:58:00.000000Z",
+               series={"count": 2, "lastObservedTime": "2026-12-04T02:05:00.000000Z"}),
+        _event("FailedScheduling", 'Failed to schedule pod, incompatible with nodepool "gpu", '
+               "all available instance types exceed limits for nodepool",
+               lastTimestamp="2026-12-04T02:01:00Z", **karpenter)]
+    why, took = _launch(tmp_path, cluster, unschedulable_grace_s=1, health_timeout_s=5)
+    assert "not healthy after 5s" in why and "unschedulable_grace_s" not in why, why
+    assert 5 <= took < 60
+
+    api.events[2]["lastTimestamp"] = "2026-12-04T02:09:00Z"
+    why, took = _launch(tmp_path, cluster, unschedulable_grace_s=600)
+    assert 'Karpenter will not add a node (FailedScheduling: Failed to schedule pod, ' \
+           'incompatible with nodepool "gpu"' in why, why
     assert took < 60
 
 

@@ -274,13 +274,13 @@ class KubernetesProvisioner(Provisioner):
         if why is None and starting is not None:
             waited_s, spec = starting
             if _unscheduled(pod):  # the autoscaler's answer is in the events
-                events = _events(api, namespace, obj)
+                events = _events(api, namespace, obj, pod.metadata.uid)
             why = pod_start_blocker(pod, events or [], waited_s=waited_s,
                                     grace_s=spec.unschedulable_grace_s)
         if why is None:
             return None
         if events is None:
-            events = _events(api, namespace, obj)
+            events = _events(api, namespace, obj, pod.metadata.uid)
         warnings = [f"{e.reason}: {e.message}" for e in events if e.type == "Warning"][-3:]
         return f"pod {namespace}/{obj} {why}" + (
             f"; events: {' | '.join(warnings)}" if warnings else "")
@@ -417,11 +417,61 @@ def _unscheduled(pod) -> object | None:
                  if c.type == "PodScheduled" and c.status == "False"), None)
 
 
+# The autoscalers' verdicts on an unschedulable pod, posted as the pod's events. The cluster
+# autoscaler: TriggeredScaleUp (a node group is growing for it) and NotTriggerScaleUp (none
+# will). Karpenter (its events' source, operator.AppName: "karpenter") posts Nominated ("Pod
+# should schedule on: nodeclaim/<name>[, node/<name>]", Normal) once it has created or chosen
+# a node for the pod, and FailedScheduling ("Failed to schedule pod, <why>", Warning) when no
+# node pool can take it: kubernetes-sigs/karpenter v1.14.1 (6e7eab7), pkg/events/reason.go and
+# pkg/controllers/provisioning/scheduling/events.go (NominatePodEvent,
+# PodFailedToScheduleEvent; its NoCompatibleInstanceTypes goes to the NodePool and
+# InsufficientCapacityError to the NodeClaim, not to the pod). The kube-scheduler's own
+# FailedScheduling (source "default-scheduler") only says that no current node fits it: that
+# is no verdict. Each autoscaler retries, so a verdict can change: the latest one holds.
+CLUSTER_AUTOSCALER = {"TriggeredScaleUp": True, "NotTriggerScaleUp": False}
+KARPENTER = {"Nominated": True, "FailedScheduling": False}  # where the source is "karpenter"
+NEVER = dt.datetime.min.replace(tzinfo=dt.UTC)
+
+
+def event_time(event) -> dt.datetime:
+    """When ``event`` (a CoreV1Event) was last seen: its series' lastObservedTime, else its
+    lastTimestamp (the core recorder's, updated on each repeat), eventTime (the events.k8s.io
+    recorder's), firstTimestamp, the object's creationTimestamp; the earliest time where it
+    carries none."""
+    series, meta = event.series, event.metadata
+    for when in (series.last_observed_time if series else None, event.last_timestamp,
+                 event.event_time, event.first_timestamp,
+                 meta.creation_timestamp if meta else None):
+        if when is not None:
+            return when if when.tzinfo else when.replace(tzinfo=dt.UTC)
+    return NEVER
+
+
+def scaling_verdict(event) -> tuple[str, bool] | None:
+    """(the autoscaler, whether it is adding a node for the pod) where ``event`` is an
+    autoscaler's verdict (:data:`CLUSTER_AUTOSCALER`, :data:`KARPENTER`), else None."""
+    if event.reason in CLUSTER_AUTOSCALER:  # reasons only the cluster autoscaler posts
+        return "cluster autoscaler", CLUSTER_AUTOSCALER[event.reason]
+    reporter = (event.source.component if event.source else None) or event.reporting_component
+    if reporter == "karpenter" and event.reason in KARPENTER:
+        return "Karpenter", KARPENTER[event.reason]
+    return None
+
+
+def latest_verdict(events: list):
+    """The latest of ``events`` that is an autoscaler's verdict (:func:`scaling_verdict`), in
+    time order (:func:`event_time`; the API's order among equal times); None where none is."""
+    verdicts = [e for e in events if scaling_verdict(e)]
+    return max(reversed(verdicts), key=event_time, default=None)
+
+
 def pod_start_blocker(pod, events: list, *, waited_s: float, grace_s: float) -> str | None:
     """Why a pending pod will not start: a container waiting on a fatal reason
-    (:data:`FATAL_WAITING`), or unschedulable -- at once where the cluster autoscaler said it
-    will not scale up for it (NotTriggerScaleUp), after ``grace_s`` where nothing is scaling
-    up for it, never while a TriggeredScaleUp is under way."""
+    (:data:`FATAL_WAITING`), or unschedulable -- at once where the latest autoscaler verdict
+    (:func:`latest_verdict`) is that no node will be added for it (NotTriggerScaleUp,
+    Karpenter's FailedScheduling), after ``grace_s`` where none has spoken, never while the
+    latest is a scale-up under way (TriggeredScaleUp, Karpenter's Nominated): the readiness
+    deadline bounds that wait."""
     for status in pod.status.container_statuses or []:
         waiting = status.state.waiting if status.state else None
         if waiting and waiting.reason in FATAL_WAITING:
@@ -430,20 +480,26 @@ def pod_start_blocker(pod, events: list, *, waited_s: float, grace_s: float) -> 
     condition = _unscheduled(pod)
     if condition is None:
         return None
-    reasons = {e.reason for e in events}
     said = f"{condition.reason or 'not scheduled'}: {condition.message or 'no message'}"
-    if "NotTriggerScaleUp" in reasons:
-        return f"cannot be scheduled and the cluster autoscaler will not add a node: {said}"
-    if "TriggeredScaleUp" not in reasons and waited_s >= grace_s:
-        return (f"not scheduled within {grace_s:g} s (provision.unschedulable_grace_s) and "
-                f"no node is being added for it: {said}")
+    verdict = latest_verdict(events)
+    if verdict is None:
+        if waited_s >= grace_s:
+            return (f"not scheduled within {grace_s:g} s (provision.unschedulable_grace_s) "
+                    f"and no node is being added for it: {said}")
+        return None
+    who, adding = scaling_verdict(verdict)
+    if not adding:
+        return (f"cannot be scheduled and the {who} will not add a node ({verdict.reason}: "
+                f"{verdict.message or 'no message'}): {said}")
     return None
 
 
-def _events(api, namespace: str, obj: str) -> list:
-    """The pod's events, oldest first; none where the API will not list them (a role
-    without ``events: list`` -- docs/provisioning.md gives the role), which only leaves the
-    reasons without their events."""
+def _events(api, namespace: str, obj: str, uid: str | None = None) -> list:
+    """The events of the pod named ``obj`` (of the one with ``uid``, where given: a retried
+    unit's pod takes its name again, and the one before's events outlive it), oldest first
+    (:func:`event_time`); none where the API will not list them (a role without ``events:
+    list`` -- docs/provisioning.md gives the role), which only leaves the reasons without
+    their events."""
     from kubernetes.client.exceptions import ApiException
 
     try:
@@ -453,7 +509,9 @@ def _events(api, namespace: str, obj: str) -> list:
         log.warning("listing the events of %s/%s failed: %s %s", namespace, obj, exc.status,
                     exc.reason)
         return []
-    return sorted(listed.items, key=lambda e: str(e.last_timestamp or e.event_time or ""))
+    return sorted((e for e in listed.items
+                   if not (uid and e.involved_object and e.involved_object.uid
+                           and e.involved_object.uid != uid)), key=event_time)
 
 
 def _delete(api, namespace: str, selector: str) -> list[str]:

@@ -128,21 +128,155 @@ def test_the_pods_memory_must_hold_its_shared_memory_volume(tmp_path):
         _target(tmp_path, {**K8S, "memory": "lots"})
 
 
-def test_an_unschedulable_pod_waits_for_a_scale_up_under_way_and_not_for_nothing():
-    from types import SimpleNamespace
+def _unschedulable_pod():
+    from kubernetes.client import V1ObjectMeta, V1Pod, V1PodCondition, V1PodStatus
 
-    from kubernetes.client import V1Pod, V1PodCondition, V1PodStatus
+    return V1Pod(metadata=V1ObjectMeta(name="sb-pod", uid="uid-now"), status=V1PodStatus(
+        phase="Pending", conditions=[V1PodCondition(
+            type="PodScheduled", status="False", reason="Unschedulable",
+            message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")]))
+
+
+def _event(reason: str, minute: int, *, source: str, message: str = "", type_: str = "Normal",
+           how: str = "lastTimestamp", uid: str = "uid-now"):
+    """A pod's event as the API returns it, last seen at 02:``minute``: ``how`` names the
+    field carrying that time (the core recorder's lastTimestamp, the events.k8s.io
+    recorder's eventTime or series.lastObservedTime, or only metadata.creationTimestamp)."""
+    from kubernetes.client import (
+        CoreV1Event,
+        CoreV1EventSeries,
+        V1EventSource,
+        V1ObjectMeta,
+        V1ObjectReference,
+    )
+
+    when = dt.datetime(2026, 12, 4, 2, minute, tzinfo=dt.UTC)
+    # a first sighting: before every last sighting, in the opposite order (a later-seen event
+    # was first seen earlier)
+    early = dt.datetime(2026, 12, 4, 1, 59 - minute, tzinfo=dt.UTC)
+    times = {"lastTimestamp": {"last_timestamp": when, "first_timestamp": early},
+             "eventTime": {"event_time": when, "reporting_component": source},
+             "series": {"event_time": early, "reporting_component": source,
+                        "series": CoreV1EventSeries(count=3, last_observed_time=when)},
+             "creationTimestamp": {}}[how]
+    return CoreV1Event(
+        metadata=V1ObjectMeta(name=f"sb-pod.{minute}", creation_timestamp=when),
+        involved_object=V1ObjectReference(kind="Pod", name="sb-pod", uid=uid),
+        reason=reason, message=message, type=type_,
+        source=None if how in ("eventTime", "series") else V1EventSource(component=source),
+        **times)
+
+
+def test_an_unschedulable_pod_waits_for_a_scale_up_under_way_and_not_for_nothing():
     from servebench.provision.kubernetes import pod_start_blocker
 
-    pod = V1Pod(status=V1PodStatus(phase="Pending", conditions=[V1PodCondition(
-        type="PodScheduled", status="False", reason="Unschedulable", message="0/3 nodes")]))
-    scaling = [SimpleNamespace(reason="FailedScheduling"),
-               SimpleNamespace(reason="TriggeredScaleUp")]
+    pod = _unschedulable_pod()
+    scaling = [_event("FailedScheduling", 1, source="default-scheduler", type_="Warning"),
+               _event("TriggeredScaleUp", 2, source="cluster-autoscaler")]
     assert pod_start_blocker(pod, scaling, waited_s=900, grace_s=60) is None
     assert pod_start_blocker(pod, [], waited_s=59, grace_s=60) is None
     assert "not scheduled within 60 s" in pod_start_blocker(pod, [], waited_s=61, grace_s=60)
-    refused = [SimpleNamespace(reason="NotTriggerScaleUp")]
-    assert "will not add a node" in pod_start_blocker(pod, refused, waited_s=1, grace_s=60)
+    refused = [_event("NotTriggerScaleUp", 1, source="cluster-autoscaler",
+                      message="pod didn't trigger scale-up: 2 max node group size reached")]
+    why = pod_start_blocker(pod, refused, waited_s=1, grace_s=60)
+    assert "the cluster autoscaler will not add a node (NotTriggerScaleUp: pod didn't " \
+           "trigger scale-up: 2 max node group size reached)" in why, why
+
+
+@pytest.mark.parametrize("how", ["lastTimestamp", "eventTime", "series", "creationTimestamp"])
+def test_the_latest_cluster_autoscaler_verdict_holds_whichever_field_dates_it(how):
+    """A node group in backoff refuses (NotTriggerScaleUp), recovers and scales up
+    (TriggeredScaleUp): the pod waits; refused again after that, it fails. The kube-scheduler's
+    FailedScheduling, later than both, is no verdict. The events may come in any order."""
+    from servebench.provision.kubernetes import pod_start_blocker
+
+    pod = _unschedulable_pod()
+    refused = _event("NotTriggerScaleUp", 1, source="cluster-autoscaler", how=how,
+                     message="pod didn't trigger scale-up: 1 in backoff after failed scale-up")
+    triggered = _event("TriggeredScaleUp", 5, source="cluster-autoscaler", how=how,
+                       message="pod triggered scale-up: [{gpu-pool 0->1 (max: 2)}]")
+    scheduler = _event("FailedScheduling", 9, source="default-scheduler", type_="Warning",
+                       how=how, message="0/3 nodes are available")
+    assert pod_start_blocker(pod, [triggered, scheduler, refused], waited_s=900,
+                             grace_s=60) is None
+    again = _event("NotTriggerScaleUp", 7, source="cluster-autoscaler", how=how,
+                   message="pod didn't trigger scale-up: 2 max node group size reached")
+    why = pod_start_blocker(pod, [again, refused, scheduler, triggered], waited_s=1,
+                            grace_s=60)
+    assert why and "will not add a node (NotTriggerScaleUp: pod didn't trigger scale-up: " \
+                   "2 max node group size reached)" in why, why
+
+
+def test_a_pod_karpenter_nominated_waits_past_its_grace_and_its_refusal_fails():
+    """Karpenter's own events on a pod (kubernetes-sigs/karpenter v1.14.1,
+    pkg/controllers/provisioning/scheduling/events.go): Nominated while the node it created
+    comes up -- the pod waits past unschedulable_grace_s, to the readiness deadline --
+    FailedScheduling where no node pool can take it -- the pod fails at once, in its words.
+    The latest of them holds; a FailedScheduling from another source is no verdict."""
+    from servebench.provision.kubernetes import pod_start_blocker
+
+    pod = _unschedulable_pod()
+    nominated = _event("Nominated", 3, source="karpenter",
+                       message="Pod should schedule on: nodeclaim/gpu-x7k2p")
+    refused = _event("FailedScheduling", 2, source="karpenter", type_="Warning",
+                     message='Failed to schedule pod, incompatible with nodepool "gpu", '
+                             "all available instance types exceed limits for nodepool")
+    scheduler = _event("FailedScheduling", 8, source="default-scheduler", type_="Warning",
+                       message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    for how in ("lastTimestamp", "eventTime"):
+        late = _event("Nominated", 3, source="karpenter", how=how,
+                      message="Pod should schedule on: nodeclaim/gpu-x7k2p")
+        assert pod_start_blocker(pod, [refused, late, scheduler], waited_s=1700,
+                                 grace_s=60) is None
+    assert pod_start_blocker(pod, [nominated], waited_s=1700, grace_s=60) is None
+    refused_later = _event("FailedScheduling", 6, source="karpenter", type_="Warning",
+                           message=refused.message)
+    why = pod_start_blocker(pod, [nominated, scheduler, refused_later], waited_s=1,
+                            grace_s=60)
+    assert why and "Karpenter will not add a node (FailedScheduling: Failed to schedule " \
+                   'pod, incompatible with nodepool "gpu", all available instance types ' \
+                   "exceed limits for nodepool)" in why, why
+    # the scheduler's own FailedScheduling alone: nothing is scaling up, so the grace applies
+    assert pod_start_blocker(pod, [scheduler], waited_s=1, grace_s=60) is None
+    assert "not scheduled within 60 s" in pod_start_blocker(pod, [scheduler], waited_s=61,
+                                                            grace_s=60)
+
+
+def test_a_retried_units_pod_is_not_judged_by_the_events_of_the_pod_before_it():
+    """A retry's pod takes the name of the try before's, whose events outlive it (an hour):
+    only the events of the pod's own uid count, newest last."""
+    from types import SimpleNamespace
+
+    from servebench.provision.kubernetes import KubernetesProvisioner
+
+    pod = _unschedulable_pod()
+    before = _event("NotTriggerScaleUp", 1, source="cluster-autoscaler", uid="uid-before",
+                    message="pod didn't trigger scale-up: 2 max node group size reached")
+    scheduler = _event("FailedScheduling", 4, source="default-scheduler", type_="Warning",
+                       message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
+    nominated = _event("Nominated", 3, source="karpenter",
+                       message="Pod should schedule on: nodeclaim/gpu-x7k2p")
+    spec = SimpleNamespace(unschedulable_grace_s=60)
+
+    class Api:
+        def __init__(self):
+            self.events = [scheduler, before]
+
+        def read_namespaced_pod(self, name, namespace):
+            return pod
+
+        def list_namespaced_event(self, namespace, field_selector):
+            assert field_selector == "involvedObject.kind=Pod,involvedObject.name=sb-pod"
+            return SimpleNamespace(items=self.events)
+
+    api = Api()
+    assert KubernetesProvisioner._pod_ended(api, "bench", "sb-pod", starting=(5, spec)) is None
+    why = KubernetesProvisioner._pod_ended(api, "bench", "sb-pod", starting=(61, spec))
+    assert "not scheduled within 60 s" in why and "NotTriggerScaleUp" not in why, why
+    assert why.endswith("events: FailedScheduling: 0/3 nodes are available: 3 Insufficient "
+                        "nvidia.com/gpu."), why
+    api.events = [scheduler, nominated, before]
+    assert KubernetesProvisioner._pod_ended(api, "bench", "sb-pod", starting=(900, spec)) is None
 
 
 def test_a_pods_cells_record_its_nodes_gpus_read_once_per_node(tmp_path):
