@@ -179,6 +179,61 @@ def test_a_night_that_breaks_is_heard_with_its_task_and_error(slack_server, tmp_
     assert "nothing was planned" in kept["publish.md"]
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_hosts_failing_together_are_posted_once_and_each_kept(where, s3_endpoint,
+                                                              slack_server, tmp_path,
+                                                              monkeypatch):
+    """A mapped bench task's hosts failing at the same moment: their failure callbacks race
+    (threads released together, each with its own store client) against a local folder and
+    against S3 (moto on loopback). Every host's failure is kept under its map index, and the
+    run is posted once -- in each of several rounds, since a race can fall either way."""
+    import threading
+    from types import SimpleNamespace
+
+    from servebench.notify.failure import POSTED, announce_failure
+    from servebench.results.store import ResultStore
+    from servebench.settings import Settings
+
+    url, calls, _ = slack_server
+    monkeypatch.setenv("SLACK_BOT_TOKEN", TOKEN)
+    monkeypatch.setenv("SERVEBENCH_SLACK_BASE_URL", url)
+    uri = "s3://bench/night" if where == "s3" else str(tmp_path / "data")
+    settings = Settings(results_uri=uri, s3_endpoint_url=s3_endpoint,
+                        airflow_url="http://airflow.example:8080")
+    hosts = 4
+    for round_ in range(3):
+        run_id = f"scheduled__race-{round_}"
+        start, errors = threading.Barrier(hosts), []
+
+        def fail(host, run_id=run_id, start=start, errors=errors):
+            ti = SimpleNamespace(dag_id="nightly_benchmark", task_id="bench", run_id=run_id,
+                                 try_number=1, map_index=host)
+            start.wait()
+            try:
+                announce_failure({"ti": ti, "run_id": run_id,
+                                  "exception": RuntimeError(f"host {host} lost")}, settings)
+            except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=fail, args=(h,)) for h in range(hosts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert errors == []
+        posts = [c["body"] for c in calls if c["path"].endswith("chat.postMessage")
+                 and run_id in json.dumps(c["body"])]
+        assert len(posts) == 1, f"round {round_}: {len(posts)} posts"
+        store = ResultStore(uri, endpoint_override=s3_endpoint)
+        folder = f"failures/nightly_benchmark--{run_id}"
+        kept = sorted(p.rsplit("/", 1)[1] for p in store.find(folder))
+        assert kept == sorted([POSTED, *(f"bench[{h}].md" for h in range(hosts))])
+        claimed = json.loads(store.get_bytes(f"{folder}/{POSTED}"))["task"]
+        assert f"Task `{claimed}`" in json.dumps(posts[0])  # the claimant's failure was posted
+        for h in range(hosts):
+            assert f"host {h} lost" in store.get_bytes(f"{folder}/bench[{h}].md").decode()
+
+
 def test_a_night_late_past_its_deadline_is_heard_once(slack_server, tmp_path, monkeypatch):
     """The hourly nightly_deadline DAG on a store with no night in it: the latest night past
     its deadline is posted, with what Airflow says of the nightly's live runs (this shared

@@ -1,9 +1,11 @@
 """A failed night is heard: a task of the nightly, the release gate or the janitor that fails
 for good (its retries spent) posts a short message -- which DAG, run and task, the error's
 first lines, the run's link in Airflow -- through the digest's notifier, and keeps it in the
-result store (``failures/<dag>--<run>/<task>.md``). A run is posted once, for its first failed
-task; what fails after it is kept beside it. Silence then means "all is well", never "the
-night broke before its digest".
+result store (``failures/<dag>--<run>/<task>.md``; a mapped task's host at
+``<task>[<map index>].md``, each its own). A run is posted once, for its first failed task:
+the failure that creates ``failures/<dag>--<run>/posted.json`` (an exclusive create, so of
+hosts failing together one posts); what fails after it is kept beside it. Silence then means
+"all is well", never "the night broke before its digest".
 
 Wired as each DAG's ``on_failure_callback`` (task level, so it knows the task and its
 exception); Airflow runs it in the failed task's process after the last try.
@@ -18,6 +20,7 @@ a DAG with one cannot run under ``dag.test()``, which ``make run`` and the tests
 from __future__ import annotations
 
 import datetime as dt
+import json
 import logging
 from collections.abc import Callable, Mapping
 
@@ -32,6 +35,7 @@ from servebench.settings import Settings, get_settings
 log = logging.getLogger(__name__)
 
 ERROR_LINES = 6  # of the exception's message: enough to say why, short enough for Slack
+POSTED = "posted.json"  # in a run's failures folder: the claim of the one failure posted
 
 
 def failure_message(dag_id: str, run_id: str, task_id: str, try_number: int | None,
@@ -112,34 +116,49 @@ def watch_deadline(count_live_runs: Callable[[], int], settings: Settings | None
     return where
 
 
+def task_label(task_id: str, map_index: int | None) -> str:
+    """A task as its failure names it: ``bench[2]`` for a mapped task's third host, else its
+    id (Airflow gives an unmapped task map index -1)."""
+    return task_id if map_index is None or map_index < 0 else f"{task_id}[{map_index}]"
+
+
 def announce_failure(context: Mapping, settings: Settings | None = None,
                      notifier: Notifier | None = None) -> str:
     """The ``on_failure_callback``: the failed task's message kept in the store and posted;
     where it went. Neither a store nor a notifier that fails raises (the task has failed
-    already; each is logged with its traceback)."""
+    already; each is logged with its traceback); a store that fails to say whether the run
+    was posted already is posted (heard twice, never not at all)."""
     error = context.get("exception")
     if isinstance(error, ReleaseGateFailed):
         return "not announced: the release gate's verdict was"  # a verdict, not a breakage
     settings = settings or get_settings()
     ti = context["ti"]
-    dag_id, task_id = ti.dag_id, ti.task_id
+    dag_id, map_index = ti.dag_id, getattr(ti, "map_index", None)
+    task = task_label(ti.task_id, map_index)
     run_id = context.get("run_id") or ti.run_id
-    markdown = failure_message(dag_id, run_id, task_id, getattr(ti, "try_number", None),
+    markdown = failure_message(dag_id, run_id, task, getattr(ti, "try_number", None),
                                error, run_url(airflow_url(settings), dag_id, run_id))
     folder = f"failures/{encode_run_id(dag_id)}--{encode_run_id(run_id)}"
+    name = task_label(encode_run_id(ti.task_id), map_index)  # [ ] are in no task id
     try:
         store = open_store(settings)
-        # a run is announced once, for its first failed task: what fails after it (a
-        # publish with nothing planned) is kept, not posted again
-        earlier = store.find(folder)
-        where = store.put_text(f"{folder}/{encode_run_id(task_id)}.md", markdown)
+        where = store.put_text(f"{folder}/{name}.md", markdown)
     except OSError:
-        log.exception("keeping the failure of %s.%s in the store failed", dag_id, task_id)
-        earlier, where = [], "not kept (the store failed)"
-    if earlier:
-        where += f" (not posted: {len(earlier)} earlier failure(s) of this run were)"
-    else:
+        log.exception("keeping the failure of %s.%s in the store failed", dag_id, task)
+        store, where = None, "not kept (the store failed)"
+    # a run is announced once, for its first failed task: what fails after it (a publish
+    # with nothing planned, a mapped task's other hosts) is kept, not posted again
+    first = True
+    if store is not None:
+        claim = json.dumps({"task": task, "at": dt.datetime.now(dt.UTC).isoformat()})
+        try:
+            first = store.create_text(f"{folder}/{POSTED}", claim)
+        except OSError:
+            log.exception("claiming the post of %s's failures in the store failed", run_id)
+    if first:
         where += announce(notifier or notifier_for(settings), f"the failure of {dag_id}",
                           markdown)
-    log.error("%s.%s of %s failed; said at %s", dag_id, task_id, run_id, where)
+    else:
+        where += " (not posted: an earlier failure of this run was)"
+    log.error("%s.%s of %s failed; said at %s", dag_id, task, run_id, where)
     return where

@@ -488,6 +488,27 @@ class ResultStore:
         """Write a text file under the store root (atomically); returns its URI."""
         return self.put_bytes(rel_path, text.encode())
 
+    def create_text(self, rel_path: str, text: str) -> bool:
+        """Write a text file under the store root unless one is there already; True when this
+        call created it. Of callers racing for one path exactly one gets True: the publish
+        lease's exclusive create (``O_EXCL`` locally, an ``If-None-Match: *`` PUT on S3). An
+        injected filesystem has none: there it looks, then writes. A store that fails raises
+        OSError (on S3 too)."""
+        path = self._path(rel_path)
+        if self._scheme == "s3://":
+            from botocore.exceptions import BotoCoreError, ClientError
+
+            try:
+                return self._create_exclusive(path, text)
+            except (BotoCoreError, ClientError) as exc:
+                raise OSError(f"creating s3://{path} failed: {exc}") from exc
+        if self._local:
+            return self._create_exclusive(path, text)
+        if self._exists(path):
+            return False
+        self._write_text(path, text)
+        return True
+
     def put_bytes(self, rel_path: str, data: bytes) -> str:
         """Write a file (a chart, say) under the store root (atomically); returns its URI."""
         path = self._path(rel_path)

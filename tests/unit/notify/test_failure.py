@@ -1,9 +1,15 @@
 """The message a failed task posts, and what is never posted."""
 
+import json
 from types import SimpleNamespace
 
 from servebench.errors import ReleaseGateFailed
-from servebench.notify.failure import ERROR_LINES, announce_failure, failure_message
+from servebench.notify.failure import (
+    ERROR_LINES,
+    POSTED,
+    announce_failure,
+    failure_message,
+)
 from servebench.notify.notifier import Notifier
 from servebench.settings import Settings
 
@@ -30,21 +36,37 @@ def test_the_message_names_the_task_the_error_and_the_run():
     assert "killed, or timed out" in failure_message("d", "r", "t", 1, None, None)
 
 
+def _context(task, error, map_index=-1):
+    ti = SimpleNamespace(dag_id="nightly_benchmark", task_id=task, run_id="r1", try_number=1,
+                         map_index=map_index)
+    return {"ti": ti, "run_id": "r1", "exception": error}
+
+
 def test_a_run_is_posted_once_and_a_failing_verdict_not_at_all(tmp_path):
     settings, slack = Settings(results_uri=str(tmp_path)), Recorder()
-
-    def context(task, error):
-        ti = SimpleNamespace(dag_id="nightly_benchmark", task_id=task, run_id="r1",
-                             try_number=1)
-        return {"ti": ti, "run_id": "r1", "exception": error}
-
-    announce_failure(context("plan", ValueError("bad")), settings, slack)
-    where = announce_failure(context("publish", ValueError("nothing")), settings, slack)
-    assert len(slack.posted) == 1 and "1 earlier failure" in where
+    announce_failure(_context("plan", ValueError("bad")), settings, slack)
+    where = announce_failure(_context("publish", ValueError("nothing")), settings, slack)
+    assert len(slack.posted) == 1 and "an earlier failure of this run was" in where
     assert len(list(tmp_path.rglob("*.md"))) == 2
     gate = ReleaseGateFailed("q4 fails the gate")
-    assert "verdict" in announce_failure(context("conclude", gate), settings, slack)
+    assert "verdict" in announce_failure(_context("conclude", gate), settings, slack)
     assert len(slack.posted) == 1
+
+
+def test_each_host_of_a_mapped_task_keeps_its_own_failure_and_the_run_is_posted_once(
+        tmp_path):
+    settings, slack = Settings(results_uri=str(tmp_path)), Recorder()
+    for host in (0, 1):
+        announce_failure(_context("bench", RuntimeError(f"host {host} lost"), host),
+                         settings, slack)
+    kept = {p.name: p.read_text() for p in tmp_path.rglob("*.md")}
+    assert set(kept) == {"bench[0].md", "bench[1].md"}  # neither overwrote the other
+    assert "host 0 lost" in kept["bench[0].md"] and "host 1 lost" in kept["bench[1].md"]
+    assert "Task `bench[1]` of run `r1`" in kept["bench[1].md"]
+    [posted] = slack.posted
+    assert posted == kept["bench[0].md"]
+    [claim] = tmp_path.rglob(POSTED)
+    assert json.loads(claim.read_text())["task"] == "bench[0]"
 
 
 def _runs_store(tmp_path, nights):

@@ -143,3 +143,9 @@ def test_a_lease_left_by_a_crashed_publish_is_taken_over_and_a_live_one_waited_f
             store._lease(AIRFLOW_ID, wait_s=0.05):
         pass
     assert json.loads(lock.read_text())["token"] == "alive"  # not ours: left alone
+
+
+def test_create_text_writes_only_where_nothing_is(store, tmp_path):
+    assert store.create_text("failures/r/posted.json", "first") is True
+    assert store.create_text("failures/r/posted.json", "second") is False
+    assert (tmp_path / "data" / "failures" / "r" / "posted.json").read_text() == "first"
