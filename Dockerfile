@@ -27,12 +27,12 @@ FROM ${PYTHON_IMAGE} AS models
 RUN apt-get update && apt-get install -y --no-install-recommends libgomp1 \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /opt/servebench
+# the venv scripts `make setup` runs; torch's CPU build comes from TORCH_INDEX_URL (default in
+# scripts/setup_venv.sh: PyTorch's CPU index; --build-arg TORCH_INDEX_URL=<mirror> overrides it)
+ARG TORCH_INDEX_URL
 COPY requirements-stacks.txt ./
-# torch's CPU wheel from its own index (PyPI's default build is a multi-GB CUDA one)
-RUN python -m venv .venv-stacks \
- && .venv-stacks/bin/pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu \
-      torch==2.13.0 \
- && .venv-stacks/bin/pip install --no-cache-dir -r requirements-stacks.txt
+COPY scripts/setup_venv.sh scripts/setup_stacks_venv.sh scripts/
+RUN scripts/setup_stacks_venv.sh
 COPY --from=llama /opt/llama /opt/llama
 COPY include/models include/models
 COPY scripts/build_local_model.py scripts/
@@ -41,11 +41,10 @@ RUN .venv-stacks/bin/python scripts/build_local_model.py \
 
 FROM ${PYTHON_IMAGE} AS vllm
 WORKDIR /opt/servebench
+ARG TORCH_INDEX_URL
 COPY requirements-vllm.txt ./
-# torch 2.13.0+cpu comes from torch's CPU index; everything else from PyPI, pinned, no resolver
-RUN python -m venv .venv-vllm \
- && .venv-vllm/bin/pip install --no-cache-dir --no-deps \
-      --extra-index-url https://download.pytorch.org/whl/cpu -r requirements-vllm.txt
+COPY scripts/setup_venv.sh scripts/setup_vllm_venv.sh scripts/
+RUN scripts/setup_vllm_venv.sh
 
 FROM ${AIRFLOW_IMAGE}
 USER root

@@ -29,12 +29,13 @@ export STACKS_VENV
 export SERVEBENCH_VLLM_VENV := $(VLLM_VENV)
 export VLLM_VENV
 
-.PHONY: run test proof airflow setup venv stacks vllm llama models airflow-db unit clean bench-ec2
+.PHONY: run test proof airflow setup system system-test venv stacks vllm llama models airflow-db unit \
+	clean bench-ec2
 run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
 	$(BIN)/servebench summary --latest --require-ok
 
-test: setup airflow-db
+test: system-test setup airflow-db
 	$(BIN)/python -m pytest
 
 # the twenty-night local proof of the trends alone (it is part of `make test` too; docs/trends.md
@@ -45,7 +46,7 @@ proof: setup airflow-db
 	$(PROOF)
 
 # what a night on several ec2 targets pays for, in the ec2 tests' moto + netns harness (root)
-bench-ec2: setup airflow-db
+bench-ec2: system-test setup airflow-db
 	$(BIN)/python benchmarks/ec2_hosts.py $(ARGS)
 
 # the Airflow UI on http://127.0.0.1:8080 (Browse -> Benchmarks): a local tryout on this
@@ -57,7 +58,15 @@ airflow: setup airflow-db
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/dags
 
-setup: venv stacks vllm llama models
+setup: system venv stacks vllm llama models
+
+# the system packages a target needs: every missing one named, with the apt-get line that
+# installs them, before anything is built (scripts/check_system.sh holds the list)
+system:
+	scripts/check_system.sh build
+
+system-test:
+	scripts/check_system.sh build test
 
 venv: $(VENV)/.stamp
 $(VENV)/.stamp: requirements.txt requirements-dev.txt pyproject.toml
@@ -71,10 +80,10 @@ stacks:
 	scripts/setup_stacks_venv.sh
 
 # vLLM's CPU build (requirements-vllm.txt), the local default's vLLM stack
-vllm:
+vllm: system
 	scripts/setup_vllm_venv.sh
 
-llama:
+llama: system
 	scripts/build_llama_cpp.sh
 
 # every built GGUF is launched once and sent a batch of requests: a binary/model pair that
