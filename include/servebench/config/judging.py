@@ -1,0 +1,52 @@
+"""What a sweep's results are held to: the SLOs a request meets for goodput, the golden sets
+and the quality gate on them, cross-stack agreement, and how the nightly detector judges the
+history."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from servebench.config.base import _Strict
+
+
+class SLOSpec(_Strict):
+    """Service-level objectives for goodput (DistServe): a request counts if it meets all."""
+
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+
+
+class GoldenSetRef(_Strict):
+    """A golden set (JSONL) and how many tokens its answers may take."""
+
+    name: str
+    path: str = Field(description="JSONL path, relative to the project root")
+    max_tokens: int = Field(16, gt=0)
+    concurrency: int = Field(4, gt=0)
+
+
+class GateSpec(_Strict):
+    """Quality gate: a variant fails on a significant drop below ``floor`` x baseline."""
+
+    alpha: float = Field(0.01, gt=0, lt=1, description="significance of the exact McNemar test")
+    floor: float = Field(0.99, gt=0, le=1, description="minimum accuracy relative to baseline")
+
+
+class TrendsSpec(_Strict):
+    """How the nightly detector judges this sweep's history (``servebench.trends``)."""
+
+    min_change: float = Field(
+        0.005, ge=0, lt=1,
+        description="smallest relative change of a perf metric worth an alert, on top of each "
+                    "series' own noise (accuracy keeps its binomial test); raise it where the "
+                    "host's own speed wanders, e.g. 0.2 on a shared VM")
+
+
+class CrossStackGroup(_Strict):
+    """Variants that serve the same model at the same precision on different stacks: their
+    golden-set answers should agree, and a member that disagrees has a correctness bug."""
+
+    name: str
+    members: list[str] = Field(min_length=2, description="'target/variant' names")
+    min_agreement: float = Field(0.98, gt=0, le=1, description="share of identical answers")
