@@ -242,9 +242,9 @@ def _tags_of(instance: dict) -> dict[str, str]:
 
 
 def _ended(instance: dict):
-    from servebench.provision.ec2 import _ended_at
+    from servebench.provision.ec2.reaping import ended_at
 
-    return _ended_at(instance)
+    return ended_at(instance)
 
 
 def test_a_variant_with_another_image_leaves_only_its_own_on_the_instance(aws, local_sweep):
@@ -285,7 +285,8 @@ def test_the_instance_store_holds_images_and_weights_formatted_once(aws, local_s
     import logging
 
     from servebench.config import load_sweep
-    from servebench.provision.ec2 import INSTANCE_STORE, Ec2Provisioner
+    from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.provision.ec2.script import INSTANCE_STORE
     from servebench.stacks import get_stack
 
     _, hosts, *_ = aws
@@ -318,7 +319,8 @@ def test_the_instance_store_holds_images_and_weights_formatted_once(aws, local_s
 
 def test_a_retried_launch_gets_the_same_instance(aws, local_sweep):
     from servebench.config import load_sweep
-    from servebench.provision.ec2 import Ec2Provisioner, client_token
+    from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.provision.ec2.launch import client_token
 
     ec2, *_ = aws
     spec = load_sweep(_sweep(aws, local_sweep, "retry", variants=("f16",)))
@@ -552,7 +554,8 @@ def ec2_faults(monkeypatch):
 
 def test_a_throttled_launch_is_retried_a_bounded_number_of_times(aws, local_sweep, ec2_faults):
     from servebench.config import load_sweep
-    from servebench.provision.ec2 import API_MAX_ATTEMPTS, Ec2Provisioner
+    from servebench.provision.ec2 import Ec2Provisioner
+    from servebench.provision.ec2.aws import API_MAX_ATTEMPTS
 
     faults, calls = ec2_faults
     spec = load_sweep(_sweep(aws, local_sweep, "throttled", variants=("f16",)))
@@ -636,8 +639,9 @@ def test_a_target_that_cannot_be_had_fails_its_units_and_the_others_run(
 def test_a_failing_terminate_fails_the_teardown_by_name_and_the_janitor_ends_it(
         aws, local_sweep, ec2_faults):
     from servebench.config import load_sweep
+    from servebench.errors import TeardownError
     from servebench.janitor import sweep_instances
-    from servebench.provision.ec2 import Ec2Provisioner, TeardownError
+    from servebench.provision.ec2 import Ec2Provisioner
 
     ec2 = aws[0]
     faults, _ = ec2_faults
@@ -658,6 +662,7 @@ KILLABLE = textwrap.dedent("""
     from servebench import pipeline
     from servebench.plan import Plan
     from servebench.provision import ec2
+    from servebench.provision.ec2 import provisioner as ec2_provisioner
     from servebench.provision.interface import host_session
     from servebench.settings import get_settings
     stage, sweep, run_id = sys.argv[1:4]
@@ -674,7 +679,7 @@ KILLABLE = textwrap.dedent("""
                             dag_id="nightly_benchmark")
     elif stage == "teardown":  # a host task killed, then the teardown hung and killed too
         ec2.Ec2Provisioner.acquire(run_id, targets, get_settings(), dag_id="nightly_benchmark")
-        ec2._terminate_run = lambda *a: time.sleep(600)  # hangs in the terminate call
+        ec2_provisioner.terminate_run = lambda *a: time.sleep(600)  # hangs in the terminate call
         print("tearing down", flush=True)
         pipeline.teardown(held, run_id, plan=plan)
 """)

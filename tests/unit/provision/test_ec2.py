@@ -7,12 +7,9 @@ import json
 import pytest
 import yaml
 from servebench.config import SpecError, load_sweep
-from servebench.provision.ec2 import (
-    DIGEST_MARK,
-    Ec2Provisioner,
-    client_token,
-    render_script,
-)
+from servebench.provision.ec2 import Ec2Provisioner
+from servebench.provision.ec2.launch import client_token
+from servebench.provision.ec2.script import DIGEST_MARK, render_script
 from servebench.settings import PROJECT_ROOT, get_settings
 from servebench.stacks import get_stack
 
@@ -103,7 +100,7 @@ def test_the_instances_own_gpus_are_read_by_the_launch_script(tmp_path):
     import subprocess
 
     from servebench.provenance import describe_gpus
-    from servebench.provision.ec2 import CUDA_MARK, GPU_MARK
+    from servebench.provision.ec2.script import CUDA_MARK, GPU_MARK
 
     spec = load_sweep(_sweep(tmp_path, EC2))
     launch = get_stack("vllm").container_launch(spec.targets[0].variants[0], port=8000,
@@ -238,7 +235,7 @@ def test_plan_asks_the_account_for_the_profile_and_the_token_parameter(tmp_path,
 def test_plan_dry_runs_every_placement_and_names_the_one_ec2_refuses(tmp_path):
     import boto3
     from botocore.stub import Stubber
-    from servebench.provision.ec2 import _dry_run_problems
+    from servebench.provision.ec2.checks import _dry_run_problems
 
     spec = {**EC2, "fallbacks": [{"subnet_id": "subnet-0def"}, {"market": "spot"}]}
     target = load_sweep(_sweep(tmp_path, spec)).targets[0]
@@ -262,7 +259,7 @@ def test_plan_dry_runs_every_placement_and_names_the_one_ec2_refuses(tmp_path):
 
 def test_the_root_volume_is_sized_on_the_amis_root_device(tmp_path, account):
     import boto3
-    from servebench.provision.ec2 import _launch
+    from servebench.provision.ec2.launch import _launch
 
     ec2 = boto3.client("ec2", region_name="us-east-1")
     image = ec2.describe_images()["Images"][0]
@@ -284,7 +281,7 @@ def test_the_root_volume_is_sized_on_the_amis_root_device(tmp_path, account):
 def test_the_instance_store_is_set_up_first_and_only_where_asked(tmp_path):
     """Its lines run before any docker command (Docker's data moves under it) and touch only
     volumes EC2 names as instance storage; ``instance_store: false`` leaves them out."""
-    from servebench.provision.ec2 import INSTANCE_STORE_MODEL
+    from servebench.provision.ec2.script import INSTANCE_STORE_MODEL
 
     spec = load_sweep(_sweep(tmp_path, EC2))
     launch = get_stack("vllm").container_launch(spec.targets[0].variants[0], port=8000,

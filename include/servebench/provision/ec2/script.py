@@ -1,0 +1,124 @@
+"""The shell script SSM runs on an instance for each variant: the instance store put to use
+(the first time), the previous variant's container and images removed, the image pulled, the
+container started; and the marks it prints for the launch to read (the image's digest, the
+instance's GPUs and CUDA version, the instance store's device)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import TYPE_CHECKING
+
+from servebench.provenance import GPU_QUERY
+
+if TYPE_CHECKING:
+    from servebench.config import Ec2Provision
+    from servebench.stacks.adapter import ContainerLaunch
+
+CONTAINER = "servebench-server"
+DIGEST_MARK = "servebench-image-digest:"  # the line the launch script prints
+GPU_MARK = "servebench-gpus:"  # the instance's nvidia-smi rows (GPU_QUERY), ';'-joined
+CUDA_MARK = "servebench-cuda:"  # the CUDA version its driver reports
+
+
+# the model name EC2 gives its NVMe instance-store volumes (the root EBS volume's is "Amazon
+# Elastic Block Store"): only these are ever formatted
+INSTANCE_STORE_MODEL = "Amazon EC2 NVMe Instance Storage"
+INSTANCE_STORE = "/opt/servebench/instance-store"
+INSTANCE_STORE_MARK = "servebench-instance-store:"  # the device the script put it on
+
+
+def instance_store_lines(model_cache: str) -> list[str]:
+    """Shell lines that, once per instance (a mounted store is left as it is), put Docker's
+    data and ``model_cache`` on the instance's NVMe instance-store volumes, when it has any:
+    one is formatted (XFS), several are striped first (RAID 0); Docker is stopped while its
+    data directory moves (no container runs yet at the first launch). A 70B model's weights
+    and an engine image or two fit on the local NVMe of the instance types that serve them
+    (several TB on p4d/p5/g6e), where a default root volume fills."""
+    q = shlex.quote
+    store, cache = q(INSTANCE_STORE), q(model_cache)
+    return [
+        f"if ! mountpoint -q {store}; then",
+        "  devices=\"$(lsblk -d -n -o NAME,MODEL | awk "
+        f"'/{INSTANCE_STORE_MODEL}/ {{print \"/dev/\" $1}}')\"",
+        '  if [ -n "$devices" ]; then',
+        "    set -- $devices",
+        '    dev="$1"',
+        '    if [ "$#" -gt 1 ]; then',
+        '      mdadm --create /dev/md/servebench --run --level=0 --raid-devices="$#" "$@"',
+        "      dev=/dev/md/servebench",
+        "    fi",
+        '    mkfs.xfs -f "$dev"',
+        f'    mkdir -p {store} && mount "$dev" {store}',
+        "    systemctl stop docker.socket docker",
+        f"    mkdir -p {store}/docker {store}/model-cache /var/lib/docker {cache}",
+        f"    mount --bind {store}/docker /var/lib/docker",
+        f"    mount --bind {store}/model-cache {cache}",
+        "    systemctl start docker",
+        f'    echo {INSTANCE_STORE_MARK} "$dev ($# volume(s))"',
+        "  fi",
+        "fi"]
+
+
+def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str) -> list[str]:
+    """The shell lines SSM runs on the instance: its instance store put to use (the first
+    time, where it has one: ``instance_store_lines``), the previous variant's container removed,
+    every image but this variant's deleted (a target's variants may each bring an engine
+    image of 10-20 GB: the root volume holds one, not all), the image pulled (its digest
+    and the instance's GPUs printed for provenance), the new container started.
+    Volumes under the worker's hub cache (``hub_cache``) map to the instance's
+    ``model_cache``; any other host path is a path on the instance."""
+    q = shlex.quote
+    keep = f"docker image inspect --format '{{{{.Id}}}}' {q(launch.image)} 2>/dev/null || true"
+    lines = ["set -eu", *(instance_store_lines(spec.model_cache) if spec.instance_store else []),
+             f"docker rm -f {CONTAINER} >/dev/null 2>&1 || true",
+             # the previous variants' images go; this one's stays (no second pull of it)
+             f'keep="$({keep})"',
+             'docker images --quiet --no-trunc | sort -u | { grep -vxF "${keep:-none}" '
+             "|| true; } | xargs -r docker rmi --force >/dev/null 2>&1 || true",
+             f"mkdir -p {q(spec.model_cache)}"]
+    args = ["docker", "run", "-d", "--name", CONTAINER, "--restart", "no"]
+    if launch.gpus:
+        args += ["--gpus", str(launch.gpus)]
+    if launch.shm_size:
+        args += ["--shm-size", launch.shm_size]
+    for container_port, host_port in sorted(launch.ports.items()):
+        args += ["-p", f"{host_port}:{container_port}"]
+    for host, inside in sorted(launch.volumes.items()):
+        if host == hub_cache or host.startswith(hub_cache + "/"):
+            host = spec.model_cache + host[len(hub_cache):]
+        args += ["-v", f"{host}:{inside}"]
+    for i, (inside, text) in enumerate(sorted(launch.files.items())):
+        path = f"/opt/servebench/files/{i}-{inside.rsplit('/', 1)[-1]}"
+        lines += ["mkdir -p /opt/servebench/files",
+                  f"cat > {q(path)} <<'SERVEBENCH_EOF'", text.rstrip("\n"), "SERVEBENCH_EOF"]
+        args += ["-v", f"{path}:{inside}:ro"]
+    for key, value in sorted(launch.env.items()):
+        args += ["-e", f"{key}={value}"]
+    if spec.hf_token_parameter:
+        lines.append(
+            "HF_TOKEN=\"$(aws ssm get-parameter --with-decryption --name "
+            f"{q(spec.hf_token_parameter)} --query Parameter.Value --output text)\"")
+        lines.append("export HF_TOKEN")
+        args += ["-e", "HF_TOKEN"]  # passed by name: its value is in no command line
+    if launch.entrypoint:
+        args += ["--entrypoint", launch.entrypoint[0]]
+    args += [launch.image, *(launch.entrypoint or [])[1:], *launch.command]
+    digest = ("docker image inspect --format '{{index .RepoDigests 0}}' "
+              f"{q(launch.image)} 2>/dev/null || true")
+    gpus = (f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader 2>/dev/null "
+            "| paste -sd ';' - || true")
+    cuda = ("nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\\([0-9.]*\\).*/\\1/p' "
+            "| head -n 1 || true")
+    lines += [f"docker pull {q(launch.image)}", f'echo {DIGEST_MARK} "$({digest})"',
+              # the instance's own GPUs, for the cells' provenance (not the worker's)
+              f'echo {GPU_MARK} "$({gpus})"', f'echo {CUDA_MARK} "$({cuda})"',
+              shlex.join(args)]
+    return lines
+
+
+def script_marks(output: str) -> dict[str, str]:
+    """What the script's output says after each of its marks (``DIGEST_MARK``, ``GPU_MARK``,
+    ``CUDA_MARK``, ``INSTANCE_STORE_MARK``), by mark."""
+    return {mark: line[len(mark):].strip() for line in output.splitlines()
+            for mark in (DIGEST_MARK, GPU_MARK, CUDA_MARK, INSTANCE_STORE_MARK)
+            if line.startswith(mark)}
