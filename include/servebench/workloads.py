@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -40,7 +40,7 @@ from servebench.config import (
     Workload,
 )
 from servebench.tokenize import Tokenizer, text_of_length
-from servebench.traces import TraceRequest, read_trace, select
+from servebench.traces import TraceRequest, load_trace
 
 # Chat templates add a few tokens around the content (BOS, role markers). The delivered
 # prompt length (server usage) must lie within [requested, requested + this] -- per message,
@@ -230,17 +230,17 @@ def build_prompts(workload: Workload, tokenizer: Tokenizer, seed: int,
     return items
 
 
-def trace_requests(workload: TraceWorkload, root: Path) -> list[TraceRequest]:
-    """The rows a trace workload replays (``traces.select`` of its file)."""
-    return select(read_trace(root / workload.path, workload.format,
-                             block_tokens=workload.block_tokens),
-                  time_scale=workload.time_scale, max_requests=workload.max_requests,
-                  max_duration_s=workload.max_duration_s,
-                  max_input_tokens=workload.max_input_tokens,
-                  max_output_tokens=workload.max_output_tokens)
+def trace_requests(workload: TraceWorkload, root: Path) -> tuple[TraceRequest, ...]:
+    """The rows a trace workload replays (``traces.load_trace`` of its file: read once per
+    process, so the plan, the warm-up and every variant's cells share one read)."""
+    return load_trace(root / workload.path, workload.format, block_tokens=workload.block_tokens,
+                      time_scale=workload.time_scale, max_requests=workload.max_requests,
+                      max_duration_s=workload.max_duration_s,
+                      max_input_tokens=workload.max_input_tokens,
+                      max_output_tokens=workload.max_output_tokens)
 
 
-def _trace(rows: list[TraceRequest], tokenizer: Tokenizer, rng: random.Random,
+def _trace(rows: Sequence[TraceRequest], tokenizer: Tokenizer, rng: random.Random,
            key: str, fill: Callable[[random.Random, int], str]) -> list[PromptItem]:
     """A trace's prompts: each row's blocks as the same text wherever its chain recurs (drawn
     from the cell's key and the block's, so no other cell shares it), then text of the row's

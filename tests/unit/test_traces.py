@@ -1,15 +1,18 @@
 """Trace files (servebench's own rows, Azure's and Mooncake's public formats) and the prompts a
 ``trace`` workload builds from them: lengths, arrival times, shared blocks."""
 
+import os
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from servebench import traces
 from servebench.config import TraceWorkload, parse_sweep
 from servebench.errors import TraceError
 from servebench.settings import PROJECT_ROOT
 from servebench.tokenize import FileTokenizer
 from servebench.traces import read_trace, select
-from servebench.workloads import build_prompts, max_sequence_tokens
+from servebench.workloads import build_prompts, max_sequence_tokens, trace_requests
 
 SHIPPED = "include/datasets/trace-mooncake-small.jsonl"
 
@@ -65,6 +68,79 @@ def test_a_bad_trace_names_the_file_and_the_row(tmp_path):
     other.write_text('{"when": 0, "tokens": 5}\n')
     with pytest.raises(TraceError, match=r"o.jsonl: row 1: columns \['tokens', 'when'\] match"):
         read_trace(other)
+
+
+AZURE_HEAD = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+
+
+def _azure_csv(path, seconds):
+    path.write_text(AZURE_HEAD + "".join(
+        f"2024-05-10 00:00:{s:02d}.009930+00:00,{100 + s},{10 + s}\n" for s in seconds))
+
+
+@pytest.mark.parametrize("limit", [{"max_requests": 3}, {"max_duration_s": 5.0}])
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl", ".parquet"])
+def test_a_replay_reads_no_row_past_its_limits(tmp_path, suffix, limit):
+    # rows at 0, 1, 2 and 10 s, then one no reader can take: a replay of the first three
+    # requests (or of 5 s) stops at the 10-s row and never meets the bad one
+    good = [(f"2024-05-10 00:00:{s:02d}.009930+00:00", 100 + s, 10 + s) for s in (0, 1, 2, 10)]
+    path = tmp_path / f"azure{suffix}"
+    if suffix == ".csv":
+        path.write_text(AZURE_HEAD + "".join(f"{t},{i},{o}\n" for t, i, o in good)
+                        + "yesterday,many,\n")
+    elif suffix == ".jsonl":
+        path.write_text("".join(f'{{"TIMESTAMP": "{t}", "ContextTokens": {i}, '
+                                f'"GeneratedTokens": {o}}}\n' for t, i, o in good)
+                        + '{"TIMESTAMP": "2024-05-10 00:00:11", "ContextTok\n')
+    else:  # a Parquet cell has its column's type: the bad row asks for no output
+        stamps, ins, outs = (list(c) for c in zip(*good, strict=True))
+        pq.write_table(pa.table({"TIMESTAMP": stamps + ["2024-05-10 00:00:11+00:00"],
+                                 "ContextTokens": ins + [5], "GeneratedTokens": outs + [0]}),
+                       path)
+    with pytest.raises(TraceError, match="row 5"):
+        read_trace(path)  # the whole file
+    workload = TraceWorkload(kind="trace", name="t", path=path.name, **limit)
+    rows = trace_requests(workload, tmp_path)
+    assert [(r.arrival_s, r.input_tokens, r.output_tokens) for r in rows] == [
+        (0.0, 100, 10), (1.0, 101, 11), (2.0, 102, 12)]
+
+
+def test_rows_out_of_order_before_the_limit_are_read_whole_and_sorted(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(f'{{"timestamp": {ms}, "input_length": {n}, "output_length": 4}}\n'
+                            for ms, n in ((5000, 50), (1000, 10), (3000, 30), (0, 1))))
+    rows = traces.load_trace(path, max_requests=2)
+    assert [(r.arrival_s, r.input_tokens) for r in rows] == [(0.0, 1), (1.0, 10)]
+    assert list(rows) == select(read_trace(path), max_requests=2)
+
+
+def test_a_trace_is_read_once_for_the_plan_the_warm_up_and_every_variants_cell(
+        tmp_path, monkeypatch, tok):
+    reads = []
+    real = traces._rows
+
+    def counted(*args, **kwargs):
+        reads.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(traces, "_rows", counted)
+    path = tmp_path / "azure.csv"
+    _azure_csv(path, range(6))
+    workload = TraceWorkload(kind="trace", name="t", path=path.name, max_requests=4)
+    longest = max_sequence_tokens(workload, tmp_path)  # the plan
+    assert longest == 103 + 13
+    for variant in ("v1", "v2"):  # a unit: each variant's warm-up, then its cell
+        warm = build_prompts(workload, tok, 1, tmp_path, key=f"{variant}:warmup", count=2)
+        cell = build_prompts(workload, tok, 1, tmp_path, key=variant)
+        assert [i.input_tokens for i in warm] == [100, 101]
+        assert [i.input_tokens for i in cell] == [100, 101, 102, 103]
+    assert reads == [path]
+    # another version of the file (size and modification time) is read again
+    _azure_csv(path, range(20, 26))
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert [i.input_tokens for i in build_prompts(workload, tok, 1, tmp_path)] == [
+        120, 121, 122, 123]
+    assert reads == [path, path]
 
 
 def test_select_scales_caps_and_clips_keeping_whole_blocks():
