@@ -94,7 +94,7 @@ def hardware() -> str:
 
 
 # what a serving host's GPUs are, asked of nvidia-smi where they are (the worker for local
-# targets, the instance for ec2: ``provision.ec2.render_script`` runs the same query there)
+# targets, the instance for ec2: ``provision.ec2.script.render_script`` runs the same query there)
 GPU_QUERY = "name,driver_version,clocks.max.sm,mig.mode.current"
 _CUDA = re.compile(r"CUDA Version:\s*([0-9.]+)")
 
