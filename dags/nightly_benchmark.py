@@ -66,11 +66,14 @@ def nightly_benchmark():
     # side by side; a hung unit lets its instance's lease lapse (the janitor ends it)
     @task(max_active_tis_per_dag=PARALLEL_HOSTS, execution_timeout=timedelta(hours=12),
           map_index_template="{{ host }}")
-    def bench(host: str, plan: dict, provisioned: dict, run_id=None, dag_run=None) -> dict:
+    def bench(host: str, plan: dict, provisioned: dict, run_id=None, dag_run=None,
+              ti=None) -> dict:
         from servebench.pipeline import bench_host
 
         get_current_context()["host"] = host  # the mapped task's name in the UI
-        return bench_host(plan, host, provisioned, run_id, dag_id=dag_run.dag_id)
+        # a retry's units draw prompts of their own: its server may have kept the first try's
+        return bench_host(plan, host, provisioned, run_id, dag_id=dag_run.dag_id,
+                          try_number=ti.try_number)
 
     @teardown
     @task(execution_timeout=timedelta(minutes=30))

@@ -65,10 +65,12 @@ def release_gate():
     # the host's launch (an ec2 instance, or a quota's wait for one) and every repetition;
     # no retry: a retry would mix hosts' drift
     @task(retries=0, execution_timeout=timedelta(hours=5, minutes=15))
-    def measure(plan: dict, provisioned: dict, run_id=None, dag_run=None) -> dict:
+    def measure(plan: dict, provisioned: dict, run_id=None, dag_run=None, ti=None) -> dict:
         from servebench.release_gate import measure_gate
 
-        return measure_gate(plan, provisioned, run_id, dag_id=dag_run.dag_id)
+        # a cleared task's next try draws prompts of its own (the host may have cached them)
+        return measure_gate(plan, provisioned, run_id, dag_id=dag_run.dag_id,
+                            try_number=ti.try_number)
 
     @teardown
     @task(execution_timeout=timedelta(minutes=30))

@@ -100,15 +100,17 @@ def teardown_run(provisioned: dict | None, run_id: str, plan: Plan | dict | None
 
 
 def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: str,
-               settings: Settings | None = None, *, dag_id: str = "",
+               settings: Settings | None = None, *, dag_id: str = "", try_number: int = 1,
                on_unit: Callable[[Unit], None] | None = None,
                on_unit_done: Callable[[Unit], None] | None = None,
                on_cell: Callable[[dict], None] | None = None) -> dict:
     """The bench task: every unit of ``host`` in turn, on the host's provisioner (a
     ``per_host`` kind's machine acquired before the first and released after the last, in
     every path). A unit that crashes keeps failed cells with its error and the next unit
-    runs; units a former try of the task kept are not run again. ``on_unit``/``on_unit_done``
-    /``on_cell`` see the units and cells go by (the CLI's progress bars)."""
+    runs; units a former try of the task kept are not run again, and the others draw prompts
+    of this try's own (``try_number``: the task's, from 1; ``workloads.prompt_key``), none a
+    server that outlived the former try has cached. ``on_unit``/``on_unit_done``/``on_cell``
+    see the units and cells go by (the CLI's progress bars)."""
     settings, plan = settings or get_settings(), Plan.from_xcom(plan)
     store = open_store(settings)
     kept = store.scratch_units(run_id)
@@ -128,8 +130,9 @@ def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: s
             if on_unit:
                 on_unit(unit)
             try:
-                summary["units"][unit.unit_id] = bench_unit(plan, unit, provisioner, run_id,
-                                                            settings, store, on_cell=on_cell)
+                summary["units"][unit.unit_id] = bench_unit(
+                    plan, unit, provisioner, run_id, settings, store, on_cell=on_cell,
+                    try_number=try_number)
             except Exception as exc:  # noqa: BLE001 -- any crash: kept as the unit's reason
                 log.exception("unit %s failed", unit.unit_id)  # with its traceback
                 reason = f"the bench task failed: {type(exc).__name__}: {exc}"
@@ -143,12 +146,13 @@ def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: s
 
 def bench_unit(plan: Plan, unit: Unit, provisioner: Provisioner, run_id: str,
                settings: Settings, store: ResultStore,
-               on_cell: Callable[[dict], None] | None = None) -> dict:
-    """One unit on its host's ``provisioner``, its rows kept as the unit's scratch in
-    ``store``."""
+               on_cell: Callable[[dict], None] | None = None, try_number: int = 1) -> dict:
+    """One unit on its host's ``provisioner`` in the bench task's try ``try_number``, its rows
+    kept as the unit's scratch in ``store``."""
     result = VariantRunner(plan.spec, plan.target_of(unit), plan.variant_of(unit),
                            run_id=run_id, settings=settings, provisioner=provisioner,
-                           on_cell=on_cell, prompt_seed=plan.prompt_seed).run()
+                           on_cell=on_cell, prompt_seed=plan.prompt_seed,
+                           try_number=try_number).run()
     keep_unit_rows(store, plan, unit, run_id,
                    {"cells": result.cells, "requests": result.requests, "evals": result.evals,
                     "units": [result.unit] if result.unit else []})

@@ -106,10 +106,11 @@ def gate_spec(params: ReleaseGateParams, settings: Settings | None = None) -> Sw
 
 def run_repetitions(spec: SweepSpec, params: ReleaseGateParams, run_id: str,
                     provisioner: Provisioner, settings: Settings | None = None,
-                    prompt_seed: int | None = None) -> dict:
+                    prompt_seed: int | None = None, try_number: int = 1) -> dict:
     """Both variants, ``repetitions`` times, interleaved ABBA; {cells, evals} as rows (each
     cell with its ``repetition``). Within a repetition both meet the same prompts; each
-    repetition draws its own (``prompt_seed``: the plan's, else one drawn here)."""
+    repetition draws its own (``prompt_seed``: the plan's, else one drawn here), and each try
+    of the measuring task (``try_number``, from 1) its own again."""
     settings = settings or get_settings()
     prompt_seed = draw_prompt_seed(spec.load.prompt_seed) if prompt_seed is None \
         else prompt_seed
@@ -122,7 +123,7 @@ def run_repetitions(spec: SweepSpec, params: ReleaseGateParams, run_id: str,
             log.info("release gate: repetition %d, %s", rep + 1, variant.name)
             result = VariantRunner(spec, target, variant, run_id=run_id, settings=settings,
                                    provisioner=provisioner, repetition=rep,
-                                   prompt_seed=prompt_seed).run()
+                                   prompt_seed=prompt_seed, try_number=try_number).run()
             cells += [{**c, "repetition": rep} for c in result.cells]
             if rep == 0:  # greedy answers: one golden set per variant decides quality
                 evals += result.evals
@@ -145,9 +146,11 @@ def plan_gate(params: dict, run_date: dt.date, settings: Settings | None = None)
 
 
 def measure_gate(plan: Plan | dict, provisioned: dict, run_id: str,
-                 settings: Settings | None = None, dag_id: str = "") -> dict:
-    """The measure task: the repetitions on the target's provisioner; the rows the verdict
-    needs (JSON-able, for the task's XCom)."""
+                 settings: Settings | None = None, dag_id: str = "",
+                 try_number: int = 1) -> dict:
+    """The measure task (its try ``try_number``: a cleared task runs again): the repetitions
+    on the target's provisioner; the rows the verdict needs (JSON-able, for the task's
+    XCom)."""
     from servebench.provision import get_provisioner
     from servebench.provision.interface import host_session
 
@@ -158,9 +161,9 @@ def measure_gate(plan: Plan | dict, provisioned: dict, run_id: str,
     # the one host both variants share (a per-host kind's machine, held for the repetitions)
     with host_session(get_provisioner(kind), run_id, (provisioned or {}).get("kinds", {})
                       .get(kind), [target], settings, dag_id=dag_id) as provisioner:
-        # every repetition's prompts from the plan's seed (workloads.prompt_key)
+        # every repetition's prompts from the plan's seed and this try (workloads.prompt_key)
         measured = run_repetitions(spec, params, run_id, provisioner, settings,
-                                   prompt_seed=plan.prompt_seed)
+                                   prompt_seed=plan.prompt_seed, try_number=try_number)
 
     def plain(value):
         return None if isinstance(value, float) and math.isnan(value) else value

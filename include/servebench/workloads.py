@@ -7,10 +7,11 @@ arithmetic equations (``text: arithmetic``, the local model's domain). The text 
 proposes tokens the prompt repeats, and equations repeat far more than prose does.
 
 Prompts belong to their cell: the text is seeded by the cell's *prompt key* (:func:`prompt_key`:
-the run's prompt seed, the workload, the load point, the release-gate repetition, the re-run
-and ``warmup`` for a cell's warm-up), so no cell re-sends another cell's prompts to a server
-that has cached them -- nor another run's (:func:`draw_prompt_seed`) -- and the same key gives
-the same prompts for every stack of the run, and again to reproduce it. The lengths (a
+the run's prompt seed, the workload, the load point, the release-gate repetition, the task's
+try, the re-run and ``warmup`` for a cell's warm-up), so no cell re-sends another cell's
+prompts to a server that has cached them -- nor another run's (:func:`draw_prompt_seed`), nor
+the first try's to a server that outlived it -- and the same key gives the same prompts for
+every stack of the run, and again to reproduce it. The lengths (a
 ``chat_lengths`` draw) are seeded by the sampling seed and the workload alone: every cell of a
 workload sends the same lengths, every night. Each :class:`PromptItem` says how many of its
 tokens the workload means to share with an earlier prompt of its cell (``shared_tokens``): a
@@ -163,11 +164,17 @@ def draw_prompt_seed(fixed: int | None = None) -> int:
 
 
 def prompt_key(seed: int, workload: str, load_point: str, *, repetition: int = 0,
-               rerun: int = 0, warmup: bool = False) -> str:
+               try_number: int = 1, rerun: int = 0, warmup: bool = False) -> str:
     """The key a cell's prompts are drawn from (stored with the cell as ``prompt_key``):
     deterministic, so a night can be reproduced, and different for every cell, release-gate
-    repetition, re-run and warm-up, so none re-sends another's prompts."""
+    repetition, try of the task that measures it (``try_number``, from 1: a retry meets a
+    server that may have kept the first try's prompts), re-run and warm-up, so none re-sends
+    another's prompts. A first try's key names no try."""
+    if try_number < 1:
+        raise ValueError(f"try_number counts from 1, not {try_number}")
     key = f"{seed}:{workload}:{load_point}:r{repetition}"
+    if try_number > 1:
+        key += f":try{try_number}"
     if rerun:
         key += f":rerun{rerun}"
     return key + (":warmup" if warmup else "")

@@ -6,6 +6,7 @@ does not answer becomes failed cells that say so."""
 import pytest
 from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
+from servebench.metrics import PREFIX_CACHE_TOLERANCE
 from servebench.provision import get_provisioner
 from servebench.provision.local import free_port
 from servebench.settings import get_settings
@@ -23,12 +24,12 @@ def _spec(build, base_url: str, served_model: str, **provision):
     return parse_sweep(data, "test")
 
 
-def _run(spec, adapter=None):
+def _run(spec, adapter=None, **runner):
     settings = get_settings()
     target = spec.targets[0]
     provisioner = get_provisioner("static").attach("t", {}, settings)
     return VariantRunner(spec, target, target.variants[0], run_id="t", settings=settings,
-                         provisioner=provisioner, adapter=adapter).run()
+                         provisioner=provisioner, adapter=adapter, **runner).run()
 
 
 def test_a_running_server_is_measured_as_it_is_and_left_running(llama_server,
@@ -78,3 +79,35 @@ def test_a_stack_that_cannot_force_lengths_is_measured_at_natural_length(llama_s
     assert cell["status"] in ("ok", "invalid") and "exact length" not in (cell["reason"] or "")
     assert all(r["output_tokens"] <= 24 for r in result.requests if r["ok"])  # capped
     assert cell["accuracy"] is not None  # the golden set, as for every stack
+
+
+def test_a_retried_unit_meets_none_of_its_first_trys_prompts_in_the_cache(llama_server,
+                                                                          local_sweep):
+    """The nightly's retry runs a unit again (one its first try did not keep) against a server
+    that outlived that try and kept its prompts cached -- here someone else's, which outlives
+    every try. The retry's cells draw prompts of their own (the task's try in their key): the
+    server's cache holds none of them, as the first try's prompts sent again would show."""
+    server = llama_server
+    spec = parse_sweep(local_sweep([{
+        "name": "shared-box", "stack": "llama_cpp", "golden_sets": [],
+        "provision": {"kind": "static"},
+        "variants": [{"name": "running", "model": server.served_model,
+                      "endpoint": {"base_url": server.base_url}}],
+    }], input_tokens=64, output_tokens=8, num_requests=16, concurrency=2), "test")
+
+    def unit(try_number: int) -> dict:
+        [cell] = _run(spec, prompt_seed=4242, try_number=try_number).cells  # the plan's seed
+        assert cell["n_ok"] == 16, cell["reason"]
+        return cell
+
+    first, resent, retry = unit(1), unit(1), unit(2)
+    # the same try's prompts again: served from the cache the first try left, so invalid
+    assert resent["prompt_key"] == first["prompt_key"]
+    assert "prefix_cache_reuse" in resent["reason"] and resent["prefix_cache_hit_rate"] > 0.5
+    # the retry's own: a cold cache, as the workload implies (a loaded host may still stall
+    # the client, which is another rule's)
+    assert retry["prompt_key"].startswith("4242:fixed:c2:r0:try2")
+    for cell in (first, retry):
+        assert "prefix_cache_reuse" not in (cell["reason"] or ""), cell["reason"]
+        assert cell["prefix_cache_hit_rate"] <= \
+            cell["prefix_cache_expected"] + PREFIX_CACHE_TOLERANCE

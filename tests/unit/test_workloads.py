@@ -92,6 +92,27 @@ def test_multi_turn_history_grows_turn_by_turn(tok):
     assert items[4].template_slack >= 8 * 5
 
 
+def test_a_retry_draws_prompts_of_its_own_and_a_first_try_keeps_its_key(tok):
+    from servebench.workloads import prompt_key
+
+    # a first try's keys are those stored before the try was counted: history stays comparable
+    assert prompt_key(5, "f", "c1", try_number=1) == prompt_key(5, "f", "c1") == "5:f:c1:r0"
+    assert prompt_key(5, "f", "c1", repetition=1, try_number=1, rerun=2, warmup=True) == \
+        "5:f:c1:r1:rerun2:warmup"
+    # every later try its own key, for every cell, repetition, re-run and warm-up
+    cells = [{}, {"repetition": 1}, {"rerun": 1}, {"warmup": True}]
+    keys = {(t, i): prompt_key(5, "f", "c1", try_number=t, **kw)
+            for t in (1, 2, 3) for i, kw in enumerate(cells)}
+    assert len(set(keys.values())) == len(keys)
+    assert keys[(2, 0)] == "5:f:c1:r0:try2"
+    w = FixedWorkload(kind="fixed", name="f", input_tokens=32, output_tokens=4, num_requests=6)
+    first, retry = ({i.messages[0]["content"] for i in build_prompts(w, tok, 5, key=keys[(t, 0)])}
+                    for t in (1, 2))
+    assert not first & retry  # a server the first try warmed holds none of the retry's
+    with pytest.raises(ValueError, match="counts from 1"):
+        prompt_key(5, "f", "c1", try_number=0)
+
+
 def test_each_cell_key_draws_prompts_of_its_own_with_the_same_lengths(tok, tmp_path):
     from servebench.config import ChatLengthsWorkload
     from servebench.workloads import prompt_key

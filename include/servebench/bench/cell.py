@@ -65,32 +65,40 @@ class CellMeasurer:
     """Measures the cells of one unit against its server, with the steps a cell is made of
     (``build_prompts``, ``run_load``: another's can be passed in, to wrap or replace one)."""
 
-    def __init__(self, rows: UnitRows, *, prompt_seed: int, repetition: int,
+    def __init__(self, rows: UnitRows, *, prompt_seed: int, repetition: int, try_number: int,
                  build_prompts: Callable[..., list[PromptItem]],
                  run_load: Callable[..., LoadResult], slo: Slo):
         self.rows = rows
         self.spec, self.target, self.variant = rows.spec, rows.target, rows.variant
         self.adapter = rows.adapter
         self.prompt_seed, self.repetition = prompt_seed, repetition
+        self.try_number = try_number  # the task's: a retry's cells draw prompts of their own
         self._build_prompts, self._run_load = build_prompts, run_load
         self.slo = slo  # the sweep's SLOs as the metrics read them: goodput's test
 
+    def prompt_key(self, workload_name: str, point: LoadPoint, *, rerun: int = 0,
+                   warmup: bool = False) -> str:
+        """The key of a cell's prompts (``workloads.prompt_key``) in this unit's run,
+        release-gate repetition and try."""
+        return prompt_key(self.prompt_seed, workload_name, point.label,
+                          repetition=self.repetition, try_number=self.try_number, rerun=rerun,
+                          warmup=warmup)
+
     def prompts(self, workload: Workload, point: LoadPoint,
                 tokenizer: Tokenizer) -> CellPrompts:
-        """The cell's own prompts (``workloads.prompt_key``): its warm-up's, its measured
+        """The cell's own prompts (:meth:`prompt_key`): its warm-up's, its measured
         ones', and a builder for an ``auto`` re-run's."""
         seed, root = self.spec.sampling.seed, self.rows.settings.project_root  # the lengths'
 
         def build(rerun: int) -> list[PromptItem]:
-            key = prompt_key(self.prompt_seed, workload.name, point.label,
-                             repetition=self.repetition, rerun=rerun)
-            return self._build_prompts(workload, tokenizer, seed, root, key=key,
+            return self._build_prompts(workload, tokenizer, seed, root,
+                                       key=self.prompt_key(workload.name, point, rerun=rerun),
                                        max_model_len=self.variant.max_model_len)
 
         warmup = self.spec.load.warmup_requests
-        warm = self._build_prompts(workload, tokenizer, seed, root, count=warmup, key=prompt_key(
-            self.prompt_seed, workload.name, point.label, repetition=self.repetition,
-            warmup=True), max_model_len=self.variant.max_model_len) if warmup else []
+        warm = self._build_prompts(workload, tokenizer, seed, root, count=warmup,
+                                   key=self.prompt_key(workload.name, point, warmup=True),
+                                   max_model_len=self.variant.max_model_len) if warmup else []
         return CellPrompts(warm, build(0), build)
 
     def measure(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
@@ -179,8 +187,7 @@ class CellMeasurer:
             reason="; ".join(reasons) or None,
             output_tokens_requested=items[-1].output_tokens,
             length_control=length_control(exact),
-            prompt_key=prompt_key(self.prompt_seed, workload_name, point.label,
-                                  repetition=self.repetition, rerun=sent["rerun"]),
+            prompt_key=self.prompt_key(workload_name, point, rerun=sent["rerun"]),
             prefix_cache_hit_rate=hit_rate,
             prefix_cache_expected=expected_share,
             client_send_lag_ms_p99=load.send_lag.p99_ms,  # the two statistics the

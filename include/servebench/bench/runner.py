@@ -65,6 +65,7 @@ class VariantRunner:
         provisioner: Provisioner,
         on_cell: Callable[[dict], None] | None = None,
         repetition: int = 0,
+        try_number: int = 1,
         prompt_seed: int | None = None,
         adapter: StackAdapter | None = None,
         build_prompts: Callable[..., list[PromptItem]] = build_prompts,
@@ -86,6 +87,7 @@ class VariantRunner:
         self.cells = CellMeasurer(
             self.rows, prompt_seed=prompt_seed,
             repetition=repetition,  # a release gate's: each draws prompts of its own
+            try_number=try_number,  # the task's: a retry meets none of the first try's prompts
             build_prompts=build_prompts, run_load=run_load,
             # the sweep's SLOs as the metrics read them: goodput's test, the SLO search's verdict
             slo=Slo(spec.slos.ttft_ms, spec.slos.tpot_ms, spec.slos.e2e_ms))

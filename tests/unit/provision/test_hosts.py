@@ -121,10 +121,12 @@ def test_a_host_runs_its_units_in_turn_keeps_a_crash_and_a_retry_skips_what_was_
     monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
     plan = _plan(_spec(tmp_path, [{"name": "g1", "provision": EC2},
                                   {"name": "g2", "provision": EC2}]), paid.kind)
-    ran = []
+    ran, tries = [], []
 
-    def bench_unit(plan, unit, provisioner, run_id, settings, store, on_cell=None):
+    def bench_unit(plan, unit, provisioner, run_id, settings, store, on_cell=None,
+                   try_number=1):
         ran.append(unit.unit_id)
+        tries.append(try_number)
         assert unit.target in provisioner.state  # on its host's machine
         if unit.unit_id == "g1--a":
             raise RuntimeError("engine fell over")
@@ -146,3 +148,8 @@ def test_a_host_runs_its_units_in_turn_keeps_a_crash_and_a_retry_skips_what_was_
     ran.clear()
     assert pipeline.bench_host(plan, "ec2:g1", None, "run-1")["units"] == {}
     assert ran == [] and len(paid.calls) == 2
+    # a host whose first try kept nothing (its worker died mid-unit): the retry runs every
+    # unit in its own try, so each draws prompts of its own (workloads.prompt_key)
+    assert tries == [1, 1]
+    pipeline.bench_host(plan, "ec2:g2", None, "run-1", try_number=2)
+    assert ran == ["g2--a", "g2--b"] and tries == [1, 1, 2, 2]
