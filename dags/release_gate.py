@@ -5,19 +5,20 @@ run on one host, in interleaved repetitions, and are decided on performance (per
 thresholds against a confidence interval from the repetitions) and on quality (the golden
 set's three-way gate). The run fails on a regression; the verdict is kept beside the results
 (Markdown, and the ``gate_verdicts`` table) and posted to Slack. An inconclusive verdict needs
-a person: the run waits for their approval in Airflow's Required actions (rejecting fails it),
-so a run is green only when the candidate may ship. The logic lives in
-``servebench.release_gate``; this file wires it.
+a person: the run waits for their answer in Airflow's Required actions (Approve or Reject,
+and a comment), which is kept with the verdict; rejecting, or no answer, fails the run, so a
+run is green only when the candidate may ship. The logic lives in ``servebench.release_gate``
+and ``servebench.gate_decision``; this file wires it.
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.providers.standard.operators.hitl import HITLOperator
 from airflow.sdk import Param, dag, setup, task, teardown
 from servebench.dag_callbacks import on_task_failure
-from servebench.defaults import DEFAULT_SWEEP, RELEASE_GATE_THRESHOLDS
+from servebench.defaults import DEFAULT_SWEEP, GATE_PERSON_OPTIONS, RELEASE_GATE_THRESHOLDS
 
 
 @dag(
@@ -92,19 +93,31 @@ def release_gate():
     def needs_a_person(concluded: dict) -> list[str]:
         return ["person_decides"] if concluded["outcome"] == "needs_person" else []
 
-    # rejecting fails the run on purpose: here "Reject" means the candidate may not ship
-    person_decides = ApprovalOperator(
-        task_id="person_decides", retries=0, fail_on_reject=True,
+    # either answer returns who, when and what (an ApprovalOperator's Reject would return
+    # nothing to keep), and so does no answer in three days: Reject, by nobody
+    person_decides = HITLOperator(
+        task_id="person_decides", retries=0, options=list(GATE_PERSON_OPTIONS),
+        defaults=["Reject"], response_timeout=timedelta(days=3),
         subject="Release gate {{ params.target }}/{{ params.candidate }}: inconclusive, "
                 "may it ship?",
         body="{{ ti.xcom_pull(task_ids='verdict')['verdict'] }}",
-        response_timeout=timedelta(days=3))  # unanswered: failed, not shipped
+        params={"comment": Param(None, type=["null", "string"],
+                                 description="why (kept with the verdict)")})
+
+    # keeps the answer with the verdict; anything but Approve fails it, and so the run, on
+    # purpose: a retry would only repeat it
+    @task(retries=0)
+    def record_decision(run_id=None, dag_run=None, ti=None) -> dict:
+        from servebench.gate_decision import record_decision as record
+
+        return record(run_id, ti.xcom_pull(task_ids="person_decides"),
+                      since=dag_run.run_after.date())
 
     planned = plan()
     hosts = provision(planned)
     measured = measure(planned, hosts)
     measured >> teardown_hosts(hosts, planned)
-    needs_a_person(verdict(planned, measured)) >> person_decides
+    needs_a_person(verdict(planned, measured)) >> person_decides >> record_decision()
 
 
 release_gate()

@@ -5,17 +5,18 @@ store the DAGs publish to.
 The board, newest first: the latest runs (cells ok / invalid / failed, what they paid, a link
 to each run's HTML report), what the last nights raised (regressions, improvements, newly
 failing cells, host changes, gate failures), the quality-gate verdicts of the latest run of
-each sweep, the release gates' verdicts of the last weeks (``gate_verdicts``) and, per target,
-trend panels over the last nights (``notify.panels``: one per workload x load point, a line
-per variant, each night's value, run and what changed on hover, change nights marked),
-narrowed by a form (target, variant, workload, load point, metric, nights), and the latest
-night's latency vs throughput curve of each variant across its load points. Each raised
-line links to its page (``render_finding``: the series' chart with the noise band, before ->
-after, the provenance of the runs on either side of the change, both runs' reports; for a
-newly failing cell or a gate failure, its nights and what it measured); two runs can be
-put side by side (``render_compare``, what ``servebench compare`` prints). Every value from a
-run is escaped; the charts are inline SVG and PNG, so the pages work inside the UI's iframe
-and behind a proxy alike, with nothing fetched at view time.
+each sweep, the release gates' verdicts of the last weeks (``gate_verdicts``; one that needed
+a person says who decided what, and when) and, per target, trend panels over the last nights
+(``notify.panels``: one per workload x load point, a line per variant, each night's value,
+run and what changed on hover, change nights marked), narrowed by a form (target, variant,
+workload, load point, metric, nights), and the latest night's latency vs throughput curve of
+each variant across its load points. Each raised line is built as HTML and links to its
+page (``render_finding``: the series' chart with the noise band, before -> after, the
+provenance of the runs on either side of the change, both runs' reports; for a newly failing
+cell or a gate failure, its nights and what it measured); two runs can be put side by side
+(``render_compare``, what ``servebench compare`` prints). Every value from a run is escaped;
+the charts are inline SVG and PNG, so the pages work inside the UI's iframe and behind a
+proxy alike, with nothing fetched at view time.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ GATE_FAILURES = ("gate_failure", "Quality gate failures")
 RELEASE_GATE_DAYS = 30  # release-gate verdicts of the last month
 OUTCOMES = {"ship": ("may ship", "improvement"), "blocked": ("blocked", "regression"),
             "needs_person": ("needs a person", "host_change")}
+# a person's decision on a gate that needed one: its colour (unanswered and rejected alike)
+PERSON_DECISIONS = {"approved": "improvement", "rejected": "regression"}
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 16px 24px; color: #1f2933; }
@@ -72,7 +75,7 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
                  view: TrendView | None = None) -> str:
     """The board's HTML from what ``store`` has committed; ``view`` narrows its trends."""
     from servebench.notify.charts import NIGHTS_SHOWN, latency_throughput_chart
-    from servebench.notify.digest import KIND_TITLES, alert_line, fmt_text, gate_lines
+    from servebench.notify.digest import KIND_TITLES, alert_html, fmt_text, gate_lines
     from servebench.notify.panels import trend_panels
     from servebench.trends.nightly import load_history
 
@@ -114,9 +117,9 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
             continue
         out.append(f"<h3 class='{kind}'>{escape(title)} ({len(rows)})</h3><ul>")
         for row in rows.to_dict("records"):
-            line = (alert_line(row) if kind != "gate_failure"
-                    else f"{row['target']} / {row['variant']}: {fmt_text(row.get('reason'))}")
-            out.append(f"<li>{escape(fmt_text(row['run_date']))}: {escape(line)}"
+            line = (alert_html(row) if kind != "gate_failure" else
+                    escape(f"{row['target']} / {row['variant']}: {fmt_text(row.get('reason'))}"))
+            out.append(f"<li>{escape(fmt_text(row['run_date']))}: {line}"
                        + (f"; cause: {escape(fmt_text(row['cause']))}"
                           if kind in ("regression", "improvement") else "")
                        + f" {_finding_link(row)}</li>")
@@ -264,7 +267,7 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
     cells_of = [cell_at(cells, side["run_id"], where) or {} if side else {} for side in sides]
     title, rows = _finding_facts(alert, drawn, cells_of)
     out = [_head("servebench: finding"), "<p><a href='./'>&larr; benchmarks</a></p>",
-           f"<h1 class='{escape(alert['kind'])}'>{_inline(title)}</h1>"]
+           f"<h1 class='{escape(alert['kind'])}'>{title}</h1>"]
     if isinstance(alert.get("cause"), str) and alert["cause"]:
         out.append(f"<p>cause: <strong>{escape(alert['cause'])}</strong></p>")
     if not points.empty:
@@ -307,24 +310,24 @@ def _charted(series: pd.DataFrame, alert: dict) -> tuple[pd.DataFrame, dict]:
 
 def _finding_facts(alert: dict, drawn: dict, cells_of: list[dict]
                    ) -> tuple[str, list[tuple[str, str, str, str]]]:
-    """(the page's title, its before -> after rows: label, before, after, change);
+    """(the page's title as HTML, its before -> after rows: label, before, after, change);
     ``cells_of``: the alert's cell the night before the change night and on it."""
-    from servebench.notify.digest import alert_line, fmt_text
+    from servebench.notify.digest import alert_html, fmt_text
     from servebench.trends.nightly import MOVES
     from servebench.trends.series import metric_label
 
     kind = alert["kind"]
     label = metric_label(drawn["metric"]) if drawn.get("metric") else ""
     if kind in MOVES:
-        return (f"{kind.replace('_', ' ')}: {alert_line(alert)}",
+        return (f"{escape(kind.replace('_', ' '))}: {alert_html(alert)}",
                 [("level", _num(alert.get("before"), ".4g"), _num(alert.get("after"), ".4g"),
                   f"{_num(alert.get('change_pct'), '+.1f')}%")])
     if kind == "gate_failure":
         before, after = drawn.get("before"), alert.get("after")
         delta = (f"{100 * (after - before):+.1f} points"
                  if before is not None and after is not None and after == after else "")
-        return (f"gate failure: {alert.get('target')} / {alert.get('variant')}: "
-                f"{fmt_text(alert.get('reason'))}",
+        return (escape(f"gate failure: {alert.get('target')} / {alert.get('variant')}: "
+                       f"{fmt_text(alert.get('reason'))}"),
                 [(f"{label} (its nights' level -> tonight)", _num(before, ".3f"),
                   _num(after, ".3f"), delta)])
     # newly failing: the night before, ok, against tonight
@@ -334,7 +337,7 @@ def _finding_facts(alert: dict, drawn: dict, cells_of: list[dict]
     if drawn.get("metric"):
         rows.append((label, _num(before.get(drawn["metric"]), ".4g"),
                      _num(now.get(drawn["metric"]), ".4g"), ""))
-    return f"newly failing: {alert_line(alert)}", rows
+    return f"newly failing: {alert_html(alert)}", rows
 
 
 def _provenance(sides: list[dict], cells_of: list[dict]) -> list[str]:
@@ -420,12 +423,6 @@ def _head(title: str) -> str:
             f"<style>{STYLE}{PANELS}</style></head><body>")
 
 
-def _inline(text: str) -> str:
-    from servebench.notify.html import _inline_md
-
-    return _inline_md(text)
-
-
 def _short(value) -> str:
     from servebench.notify.digest import fmt_text
 
@@ -436,11 +433,13 @@ def _short(value) -> str:
 
 def _release_gates(store: ResultStore) -> list[str]:
     """The release gates of the last ``RELEASE_GATE_DAYS``, newest first: candidate vs
-    baseline, what it means for the release, and every metric that did not pass."""
+    baseline, what it means for the release (for one that needed a person: who decided
+    what, when, and their comment), and every metric that did not pass."""
     import datetime as dt
 
     import pandas as pd
 
+    from servebench.gate_decision import decision_text
     from servebench.notify.digest import fmt_text
     from servebench.trends.series import metric_label
 
@@ -455,6 +454,12 @@ def _release_gates(store: ResultStore) -> list[str]:
                                reverse=True):
         first = gate.iloc[0]
         word, css = OUTCOMES.get(first["outcome"], (first["outcome"], ""))
+        said = ""
+        if isinstance(first.get("person_decision"), str):  # the person's answer, once given
+            word, css = decision_text(first.to_dict()), PERSON_DECISIONS.get(
+                first["person_decision"], "regression")
+            if isinstance(first.get("person_comment"), str):
+                said = f"<br><span class='muted'>{escape(first['person_comment'])}</span>"
         open_ = []
         for r in gate[gate["verdict"] != "pass"].to_dict("records"):
             where = (f"{r['workload']} {r['load_point']} " if r["metric"] != "quality" else "")
@@ -465,7 +470,7 @@ def _release_gates(store: ResultStore) -> list[str]:
             f"<tr><td>{escape(fmt_text(first['decided_at']))}</td>"
             f"<td>{escape(first['target'])}</td>"
             f"<td>{escape(first['candidate'])} vs {escape(fmt_text(first['baseline']))}</td>"
-            f"<td class='{css}'><strong>{escape(word)}</strong></td>"
+            f"<td class='{css}'><strong>{escape(word)}</strong>{said}</td>"
             f"<td>{escape('; '.join(open_) or 'none')}</td>"
             f"<td><code>{escape(run_id)}</code></td></tr>")
     out.append("</table>")

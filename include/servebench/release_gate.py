@@ -15,8 +15,9 @@ repetition; the relative change ``w`` is signed so that positive is worse (``dir
 
 Quality is the three-way gate (``servebench.evals.gate``) on the golden set, answered by the
 same servers. The run fails on any fail; an inconclusive is "needs a person" unless the
-params say to fail on it: the DAG run then waits for a person's approval in the Airflow UI
-(Required actions) and is green only once they approve (a rejection fails it).
+params say to fail on it: the DAG run then waits for a person's answer in the Airflow UI
+(Required actions) and is green only once they approve (a rejection, or no answer, fails it);
+who decided, when and what is kept with the verdict (``servebench.gate_decision``).
 """
 
 from __future__ import annotations
@@ -296,16 +297,15 @@ def conclude(decision: dict, run_id: str, settings: Settings | None = None,
     (``ship`` or ``needs_person``: the DAG then asks a person), where it went (``where``) and
     the verdict's Markdown (``verdict``)."""
     from servebench.connections import open_store
+    from servebench.gate_decision import verdict_path
     from servebench.notify.notifier import announce, notifier_for
     from servebench.results.schema import rows_to_table
-    from servebench.results.store import encode_run_id
 
     settings = settings or get_settings()
     markdown = render_verdict(decision, run_id)
     store = open_store(settings)
     now = dt.datetime.now(dt.UTC)
-    where = store.put_text(f"release_gates/date={now.date().isoformat()}/"
-                           f"{encode_run_id(run_id)}.md", markdown)
+    where = store.put_text(verdict_path(now.date(), run_id), markdown)
     # the verdict as data: the Benchmarks view's "Release gates", anyone's query
     store.append_log("gate_verdicts", now.date(), run_id,
                      rows_to_table("gate_verdicts", verdict_rows(decision, run_id, now)))

@@ -15,6 +15,7 @@ NO_RETRY = {
     ("release_gate", "verdict"),  # the verdict fails the run on purpose
     ("release_gate", "needs_a_person"),  # a branch on the verdict
     ("release_gate", "person_decides"),  # a person's answer is not retried
+    ("release_gate", "record_decision"),  # a rejection fails the run on purpose
 }
 
 
@@ -63,9 +64,16 @@ def test_nightly_shape(bag):
 def test_an_inconclusive_release_gate_waits_for_a_person(bag):
     tasks = bag.dags["release_gate"].task_dict
     person = tasks["person_decides"]
-    assert type(person).__name__ == "ApprovalOperator" and person.fail_on_reject
+    # Approve and Reject alike return who answered, when, and the comment
+    assert type(person).__name__ == "HITLOperator"
+    assert person.options == ["Approve", "Reject"] and list(person.params) == ["comment"]
     assert person.upstream_task_ids == {"needs_a_person"}
-    assert person.response_timeout is not None  # unanswered is failed, never shipped
+    # unanswered is rejected (by nobody), never shipped
+    assert person.response_timeout is not None and person.defaults == ["Reject"]
+    # the answer is kept; a gate that asked nobody, or failed, keeps none (and stays failed)
+    record = tasks["record_decision"]
+    assert record.upstream_task_ids == {"person_decides"}
+    assert record.trigger_rule == "all_success"
 
 
 def test_a_late_night_is_watched_for_hourly(bag):

@@ -57,11 +57,15 @@ def test_the_view_finds_the_regression_clicks_through_filters_and_compares(serve
     board = dump_dom(base + "/", profile)
     raised = board.split("Raised in the last")[1].split("Quality gate")[0]
     assert "Regressions (1)" in text_of(raised)
+    # each line built as HTML: bold and code are tags, no Markdown shows in the view
+    assert "**" not in text_of(raised) and "`" not in text_of(raised), text_of(raised)
+    assert "<strong>TTFT p95 +" in raised and "<code>t / q4 / w / c1</code>" in raised
     [href] = re.findall(r'<a class="finding" href="([^"]+)"', raised)
     finding = f"{base}/{unescape(href)}"
     dom = dump_dom(finding, profile)
     text = text_of(dom).replace("-&gt;", "->")
     assert "regression: TTFT p95 +" in text and "t / q4 / w / c1" in text
+    assert "**" not in text and "`" not in text
     assert "cause: engine_version b1 -> b2" in text
     assert dom.count('src="data:image/png;base64,') == 1  # the series, its noise band
     assert '<tr class="differs"><td>engine_version</td>' in dom

@@ -216,3 +216,48 @@ def test_a_trend_marks_every_change_its_range_holds_not_only_the_last_weeks(stor
     assert "regression +14" in trends and "engine_version b1 -&gt; b2</title>" in trends
     narrow = render_board(store, view=TrendView(nights=5)).split("id='trends'")[1]
     assert "class='change" not in narrow
+
+
+def test_the_raised_lines_are_html_with_no_markdown_left(store):
+    """The last week's lines as the view shows them: bold and code are HTML tags, and the
+    visible text holds no ``**`` or backtick (the digest's Markdown spelling)."""
+    import re
+
+    page = render_board(store)
+    raised = page.split("Raised in the last")[1].split("<h2>Quality gate")[0]
+    text = re.sub(r"<[^>]+>", " ", raised)
+    assert "**" not in text and "`" not in text, text
+    assert "<code>t / f16 / w / c1</code>: failed: launch failed: killed by SIGSEGV" in raised
+
+
+def test_a_raised_lines_values_are_escaped_not_read_as_markup(tmp_path):
+    """Values from a run (a target's name, a failing cell's reason) are text: ``<`` and
+    ``&`` escaped, a reason's own backtick or asterisks kept as written, never a tag."""
+    import datetime as dt
+
+    from servebench.results.schema import rows_to_table
+    from servebench.results.store import ResultStore
+
+    store, day, run_id = ResultStore(str(tmp_path)), dt.date.today(), "scheduled__x"
+    store.publish(run_id, day, {
+        "runs": rows_to_table("runs", [dict(run_id=run_id, run_date=day, sweep_name="s",
+                                            dag_id="nightly_benchmark")]),
+        "cells": rows_to_table("cells", [dict(
+            run_id=run_id, run_date=day, cell_id="t<x>&/v/w/c1", target="t<x>&",
+            stack="llama_cpp", variant="v", workload="w", load_point="c1", status="failed",
+            reason="exit `1` **now** <killed>")])})
+    common = dict(run_id=run_id, run_date=day, target="t<x>&", variant="v", workload="w",
+                  load_point="c1")
+    store.attach(run_id, day, {"regressions": rows_to_table("regressions", [
+        {**common, "series_id": "t<x>&/v/w/c1/ttft_ms_p95", "metric": "ttft_ms_p95",
+         "kind": "regression", "before": 10.0, "after": 11.43, "change_pct": 14.3,
+         "change_date": day, "nights_since": 1},
+        {**common, "series_id": "t<x>&/v/w/c1/status", "metric": "status",
+         "kind": "newly_failing", "reason": "exit `1` **now** <killed>"}])})
+    raised = render_board(store).split("Raised in the last")[1].split("<h2>Quality gate")[0]
+    assert ("<strong>TTFT p95 +14.3%</strong> <code>t&lt;x&gt;&amp; / v / w / c1</code>: "
+            "10.0 -&gt; 11.4 since ") in raised
+    assert "<code>t&lt;x&gt;&amp; / v / w / c1</code>: exit `1` **now** &lt;killed&gt;" \
+        in raised
+    assert raised.count("<code>") == raised.count("</code>") == 2  # where, once a line
+    assert "<killed>" not in raised and "<strong>now" not in raised

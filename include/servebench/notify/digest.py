@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from html import escape
 from typing import Any, Callable, Sequence
 from urllib.parse import quote
 
@@ -261,24 +262,42 @@ KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),
                                 "nothing recorded changed)")))
 
 
-def alert_line(r: dict, airflow_url: str | None = None, dag_id: str | None = None) -> str:
+def _alert_parts(r: dict) -> tuple[str | None, str, str, str | None, str]:
+    """A raised line's parts, plain text: its headline (the metric and its change; None for
+    a newly failing cell), where (target / variant / workload / load point), what it says,
+    the night it dates from (None: none) and what follows that. ``alert_line`` writes them
+    as Markdown, ``alert_html`` as HTML."""
     from servebench.trends.series import metric_label
 
     where = " / ".join(fmt_text(r.get(k)) for k in ("target", "variant", "workload",
                                                      "load_point") if not is_missing(r.get(k)))
     if r.get("kind") == "newly_failing":
-        return f"`{where}`: {_one_line(r.get('reason'))}"
+        return None, where, _one_line(r.get("reason")), None, ""
     pct = r.get("change_pct")
     change = MISSING if is_missing(pct) else f"{float(pct):+.1f}%"
     drastic = " (drastic, one night)" if r.get("drastic") is True else ""
     nights = r.get("nights_since")
     nights = MISSING if is_missing(nights) else f"{int(nights)} night{'s' * (int(nights) != 1)}"
-    since = fmt_text(r.get("change_date"))
-    url = run_url(airflow_url, dag_id, r.get("change_run_id"))
-    since = f"[{since}]({url})" if url else since
-    return (f"**{metric_label(fmt_text(r.get('metric')))} {change}** `{where}`: "
-            f"{_level(r.get('before'))} -> {_level(r.get('after'))} since "
-            f"{since} ({nights}){drastic}")
+    return (f"{metric_label(fmt_text(r.get('metric')))} {change}", where,
+            f"{_level(r.get('before'))} -> {_level(r.get('after'))} since ",
+            fmt_text(r.get("change_date")), f" ({nights}){drastic}")
+
+
+def alert_line(r: dict, airflow_url: str | None = None, dag_id: str | None = None) -> str:
+    """A raised line as Markdown (the digest, Slack): the headline bold, where as code, the
+    change night linked to its run when the Airflow URL is known."""
+    head, where, text, since, tail = _alert_parts(r)
+    url = run_url(airflow_url, dag_id, r.get("change_run_id")) if since is not None else None
+    since = f"[{since}]({url})" if url else since or ""
+    return (f"**{head}** " if head is not None else "") + f"`{where}`: {text}{since}{tail}"
+
+
+def alert_html(r: dict) -> str:
+    """A raised line as HTML (the Benchmarks view, the run's report): the same words as
+    ``alert_line``, every value escaped, no Markdown left."""
+    head, where, text, since, tail = _alert_parts(r)
+    return ((f"<strong>{escape(head)}</strong> " if head is not None else "")
+            + f"<code>{escape(where)}</code>: {escape(text + (since or '') + tail)}")
 
 
 def _level(v: Any) -> str:

@@ -18,7 +18,7 @@ import pandas as pd
 from servebench.notify.digest import (
     DIGEST_COLUMNS,
     KIND_TITLES,
-    alert_line,
+    alert_html,
     cell_records,
     finding_url,
     fmt_text,
@@ -55,7 +55,8 @@ def _img(png: bytes, alt: str) -> str:
 
 
 def _inline_md(text: str) -> str:
-    """The digest's alert line (Markdown bold and code) as HTML."""
+    """A digest line in Markdown (bold and code: the load-within-SLO lines) as HTML; a
+    raised line is built as HTML by ``digest.alert_html`` instead."""
     out, bold, code = [], False, False
     i = 0
     while i < len(text):
@@ -124,7 +125,7 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
             page = finding_url(airflow_url, row.get("run_id"), row.get("series_id"))
             link = (f" (<a class='finding' href='{escape(page, quote=True)}'>chart, what "
                     f"changed</a>)" if page else "")
-            out.append(f"<li>{_inline_md(alert_line(row))}; cause: {escape(cause)}{link}</li>")
+            out.append(f"<li>{alert_html(row)}; cause: {escape(cause)}{link}</li>")
             if row.get("series_id") in pngs:
                 out.append(_img(pngs[row["series_id"]], f"{kind}: {row['series_id']}"))
         out.append("</ul>")

@@ -321,7 +321,8 @@ HOSTS = pa.schema(
 )
 
 # the release gate's verdicts, one row per (cell, metric) and one for quality (metric
-# ``quality``), kept as a log table (``release_gates/date=.../<run>.parquet``, in no run)
+# ``quality``), kept as a log table (``gate_verdicts/date=.../<run>.parquet``, in no run);
+# an inconclusive one's rows get the person's decision once they gave it (gate_decision)
 GATE_VERDICTS = pa.schema(
     _base()
     + [
@@ -342,6 +343,13 @@ GATE_VERDICTS = pa.schema(
         _f("reason", _STR),
         _f("overall", _STR),  # the gate's: pass | fail | inconclusive
         _f("outcome", _STR),  # ship | blocked | needs_person
+        # needs_person: what the person decided, in the same rows (null: not asked, or not
+        # yet): approved | rejected | unanswered (nobody within the response timeout)
+        _f("person_decision", _STR),
+        _f("person_name", _STR),  # who: the Airflow user who answered
+        _f("person_id", _STR),
+        _f("person_decided_at", _TS),  # when they answered (unanswered: when time ran out)
+        _f("person_comment", _STR),  # what they wrote in the form's comment, if anything
     ]
 )
 
