@@ -440,7 +440,7 @@ def _release_gates(store: ResultStore) -> list[str]:
     import pandas as pd
 
     from servebench.gate_decision import decision_text
-    from servebench.notify.digest import fmt_text
+    from servebench.notify.digest import fmt_text, fmt_verdict
     from servebench.trends.series import metric_label
 
     since = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=RELEASE_GATE_DAYS)
@@ -465,7 +465,7 @@ def _release_gates(store: ResultStore) -> list[str]:
             where = (f"{r['workload']} {r['load_point']} " if r["metric"] != "quality" else "")
             what = ("quality" if r["metric"] == "quality" else metric_label(r["metric"]))
             mean = (f" {r['worse_mean']:+.1%} worse" if pd.notna(r["worse_mean"]) else "")
-            open_.append(f"{where}{what}: {r['verdict']}{mean}")
+            open_.append(f"{where}{what}: {fmt_verdict(r['verdict'])}{mean}")
         out.append(
             f"<tr><td>{escape(fmt_text(first['decided_at']))}</td>"
             f"<td>{escape(first['target'])}</td>"

@@ -35,7 +35,8 @@ from servebench.bench import VariantRunner
 from servebench.config import SLOSpec, SweepSpec, load_sweep
 from servebench.defaults import DEFAULT_SWEEP, RELEASE_GATE_THRESHOLDS
 from servebench.errors import ReleaseGateFailed
-from servebench.evals.gate import gate_columns
+from servebench.evals.gate import NOT_JUDGED, gate_columns
+from servebench.notify.digest import fmt_verdict
 from servebench.plan import Plan, plan_spec
 from servebench.provision.interface import Provisioner
 from servebench.settings import Settings, get_settings
@@ -220,7 +221,10 @@ def decide(spec: SweepSpec, params: ReleaseGateParams, measured: dict) -> dict:
                     row["verdict"] = "inconclusive"
             perf.append(row)
     quality = gate_columns(spec, measured["evals"]).get((target.name, cand_name), {})
-    verdicts = [r["verdict"] for r in perf] + [quality.get("gate_verdict", "inconclusive")]
+    # quality not judged (the target has no golden set) decides nothing: a person does
+    judged = quality.get("gate_verdict", "inconclusive")
+    verdicts = [r["verdict"] for r in perf] + [
+        "inconclusive" if judged == NOT_JUDGED else judged]
     overall = "fail" if "fail" in verdicts else \
         "inconclusive" if "inconclusive" in verdicts else "pass"
     return {"target": target.name, "candidate": cand_name, "baseline": base_name,
@@ -245,7 +249,8 @@ def render_verdict(decision: dict, run_id: str) -> str:
              f"{decision['baseline']}: **{word}**")
     reps = f"{decision['repetitions']} interleaved repetitions on one host"
     out = [title, "", f"- **run**: `{run_id}` ({reps})",
-           f"- **quality**: {q.get('gate_verdict')} -- {q.get('gate_reason') or ''}", "",
+           f"- **quality**: {fmt_verdict(q.get('gate_verdict'))} -- "
+           f"{q.get('gate_reason') or ''}", "",
            "| workload | load | metric | worse by (mean) | 95% interval | allowed | verdict |",
            "|---|---|---|---|---|---|---|"]
     for r in decision["perf"]:

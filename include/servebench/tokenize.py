@@ -116,10 +116,10 @@ def tokenizer_problem(stack: str, api: TokenizeApi | None, model: str, project_r
     server's own tokenizer will, or the checkpoint's is on this machine)."""
     if api is not None or local_tokenizer_file(model, project_root, revision) is not None:
         return None
-    return (f"no tokenizer to build prompts of exact lengths: {stack} has no tokenize "
-            f"endpoint and {model!r} is neither a folder with tokenizer.json nor a hub id in "
-            "this worker's Hugging Face cache (set the variant's tokenizer to one, or put the "
-            "model's there: `hf download REPO tokenizer.json`)")
+    return (f"no tokenizer to build prompts of exact lengths: {stack}'s server cannot both "
+            f"tokenize and detokenize, and {model!r} is neither a folder with tokenizer.json "
+            "nor a hub id in this worker's Hugging Face cache (set the variant's tokenizer to "
+            "one, or put the model's there: `hf download REPO tokenizer.json`)")
 
 
 def text_of_length(tokenizer: Tokenizer, source: str, n_tokens: int) -> str:

@@ -261,3 +261,22 @@ def test_a_raised_lines_values_are_escaped_not_read_as_markup(tmp_path):
         in raised
     assert raised.count("<code>") == raised.count("</code>") == 2  # where, once a line
     assert "<killed>" not in raised and "<strong>now" not in raised
+
+
+def test_a_release_gate_whose_quality_was_not_judged_says_so(tmp_path):
+    """A target without a golden set: its gate's quality line reads "not judged", in words."""
+    import datetime as dt
+
+    from servebench.release_gate import verdict_rows
+    from servebench.results.schema import rows_to_table
+    from servebench.results.store import ResultStore
+
+    store, now = ResultStore(str(tmp_path)), dt.datetime.now(dt.UTC)
+    decision = {"target": "t", "candidate": "q4", "baseline": "f16", "repetitions": 3,
+                "overall": "inconclusive", "on_inconclusive": "needs_person", "perf": [],
+                "quality": {"gate_verdict": "not_judged",
+                            "gate_reason": "target has no golden set"}}
+    store.append_log("gate_verdicts", now.date(), "gate-bare",
+                     rows_to_table("gate_verdicts", verdict_rows(decision, "gate-bare", now)))
+    [row] = (r for r in render_board(store).splitlines() if "<code>gate-bare" in r)
+    assert "<td>quality: not judged</td>" in row and "not_judged" not in row

@@ -11,18 +11,24 @@ from servebench.results.store import ResultStore
 DAY = dt.date(2026, 11, 30)
 
 
+RUN_ID = "manual__2026-11-30"
+
+
 def _publish(root, statuses):
-    run_id = "manual__2026-11-30"
-    cells = [dict(run_id=run_id, run_date=DAY, cell_id=f"t/v{i}/w/c1", target="t",
-                  stack="llama_cpp", variant=f"v{i}", workload="w", load_point="c1",
-                  concurrency=1, status=status, reason=reason)
-             for i, (status, reason) in enumerate(statuses)]
-    ResultStore(str(root)).publish(run_id, DAY, {
+    _publish_cells(root, [dict(cell_id=f"t/v{i}/w/c1", variant=f"v{i}", load_point="c1",
+                               concurrency=1, status=status, reason=reason)
+                          for i, (status, reason) in enumerate(statuses)])
+
+
+def _publish_cells(root, cells):
+    cells = [dict(run_id=RUN_ID, run_date=DAY, target="t", stack="llama_cpp", workload="w",
+                  **c) for c in cells]
+    statuses = [c["status"] for c in cells]
+    ResultStore(str(root)).publish(RUN_ID, DAY, {
         "runs": rows_to_table("runs", [dict(
-            run_id=run_id, run_date=DAY, sweep_name="local", n_cells=len(cells),
-            n_ok=sum(s == "ok" for s, _ in statuses),
-            n_invalid=sum(s == "invalid" for s, _ in statuses),
-            n_failed=sum(s == "failed" for s, _ in statuses),
+            run_id=RUN_ID, run_date=DAY, sweep_name="local", n_cells=len(cells),
+            n_ok=statuses.count("ok"), n_invalid=statuses.count("invalid"),
+            n_failed=statuses.count("failed"),
             started_at=dt.datetime(2026, 11, 30, 1), finished_at=dt.datetime(2026, 11, 30, 2))]),
         "cells": rows_to_table("cells", cells),
     })
@@ -50,3 +56,38 @@ def test_failed_cells_fail_the_command_with_their_reasons(results, capsys):
 def test_an_all_ok_run_passes(results):
     _publish(results, [("ok", None), ("ok", None)])
     assert main(["summary", "--latest", "--require-ok"]) == 0
+
+
+def test_an_slo_searchs_row_says_it_is_the_most_load_within_slo(results, capsys):
+    """The search's row was measured at its highest probe that held (concurrency 3 here):
+    beside a plain c2 row the summary names it for what it is, not as one more load point."""
+    _publish_cells(results, [
+        dict(cell_id="t/v/w/c2", variant="v", load_point="c2", load_mode="closed",
+             concurrency=2, status="ok", reason=None),
+        dict(cell_id="t/v/w/slo", variant="v", load_point="slo", load_mode="slo",
+             concurrency=3, slo_search_over="concurrency", max_load_within_slo=3.0,
+             max_load_failed_at=4.0, status="ok", reason=None),
+        dict(cell_id="t/r/w/slo", variant="r", load_point="slo", load_mode="slo",
+             concurrency=8, request_rate=6.3496, slo_search_over="rate",
+             max_load_within_slo=6.3496, max_load_failed_at=8.0, status="ok", reason=None),
+        dict(cell_id="t/z/w/slo", variant="z", load_point="slo", load_mode="slo",
+             concurrency=1, slo_search_over="concurrency", max_load_within_slo=0.0,
+             max_load_failed_at=1.0, status="ok", reason=None),
+        dict(cell_id="t/x/w/slo", variant="x", load_point="slo", load_mode="slo",
+             concurrency=4, slo_search_over="concurrency", status="invalid",
+             reason="client_saturated: send lag p99 64.9 ms > 50 ms"),
+    ])
+    assert main(["summary", "--latest"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("stack"))
+    assert header.split()[:5] == ["stack", "variant", "workload", "load", "conc"]
+    rows = [line for line in lines if line.startswith("llama_cpp")]
+    assert len(rows) == 5
+    [c2] = [line for line in rows if line.split()[1:4] == ["v", "w", "c2"]]
+    assert c2.split()[4] == "2"
+    [slo] = [line for line in rows if "slo (max c3 within SLO)" in line]
+    assert slo.split()[1] == "v" and slo.split("SLO)")[1].split()[0] == "3"  # measured at 3
+    by_variant = {line.split()[1]: line for line in rows}
+    assert "slo (max r6.35 within SLO)" in by_variant["r"]
+    assert "slo (none within SLO)" in by_variant["z"]
+    assert "slo (no answer)" in by_variant["x"] and "INVALID" in by_variant["x"]

@@ -97,6 +97,33 @@ def test_the_docs_hold_the_spec_reference_as_printed():
                                       "`servebench spec-reference` between its markers"
 
 
+def test_the_tokenizer_field_says_what_tgi_serves():
+    """TGI's router serves POST /tokenize and no detokenize (router/src/server.rs), so prompts
+    for it are cut with the checkpoint's tokenizer: the field says why, not that TGI has no
+    tokenize endpoint."""
+    from servebench.config import VariantOptions
+    from servebench.stacks import get_stack
+
+    said = VariantOptions.model_fields["tokenizer"].description
+    assert "TGI, which serves /tokenize but no /detokenize" in said
+    assert "without a tokenize endpoint" not in said
+    assert get_stack("tgi").tokenize_api is None  # why it is among those that need one
+
+
+def test_the_grace_for_an_unschedulable_pod_names_every_verdict_readiness_knows():
+    """Every autoscaler verdict the Kubernetes readiness acts on (the cluster autoscaler's and
+    Karpenter's) is in the field's description, each with what it does."""
+    from servebench.config import KubernetesProvision
+    from servebench.provision.kubernetes import CLUSTER_AUTOSCALER, KARPENTER
+
+    said = KubernetesProvision.model_fields["unschedulable_grace_s"].description
+    for reason in [*CLUSTER_AUTOSCALER, *KARPENTER]:
+        assert reason in said, reason
+    waits, fails = said.split("waits on")
+    assert "TriggeredScaleUp" in waits and "Nominated" in waits
+    assert "NotTriggerScaleUp" in fails and "Karpenter's FailedScheduling" in fails
+
+
 def test_a_knob_the_targets_stack_lacks_is_an_error_naming_the_field():
     data = _local()
     llama = next(i for i, t in enumerate(data["targets"]) if t["stack"] == "llama_cpp")

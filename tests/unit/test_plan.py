@@ -286,3 +286,38 @@ def test_the_gpu_sweep_fails_at_plan_where_an_engine_is_missing_and_plans_where_
                         lambda name, *a: object() if name == "sglang" else real(name, *a))
     plan = plan_run(sweep, settings=settings)
     assert len(plan["units"]) == 6
+
+
+@pytest.mark.parametrize(("name", "cells"), [
+    ("slo-search", [("adder-llamacpp", "f16", "fixed-32x64", "slo")]),
+    ("trace-replay", [("adder-llamacpp", "f16", "mooncake-sample", "trace"),
+                      ("adder-llamacpp", "f16-nocache", "mooncake-sample", "trace")]),
+])
+def test_the_example_sweeps_validate_and_plan_to_what_they_show(tmp_path, monkeypatch, capsys,
+                                                                 name, cells):
+    """The examples a user runs first (README, docs/load-and-metrics.md): `servebench
+    validate` passes them, and their plan is the SLO search's one `slo` cell, or the shipped
+    trace's replay on each variant (its 40 rows read at plan time)."""
+    from servebench.cli import main
+    from servebench.plan import make_plan
+
+    settings = _settings(tmp_path)
+    (tmp_path / "include").mkdir()
+    (tmp_path / "include" / "datasets").symlink_to(PROJECT_ROOT / "include" / "datasets")
+    for field in ("project_root", "llama_bin", "stacks_venv", "vllm_venv", "results_uri"):
+        monkeypatch.setenv(f"SERVEBENCH_{field.upper()}", str(getattr(settings, field)))
+    sweep = str(PROJECT_ROOT / "include" / "sweeps" / f"{name}.yaml")
+    assert main(["validate", sweep]) == 0
+    assert f"{len({c[1] for c in cells})} units OK" in capsys.readouterr().out
+    plan = make_plan(sweep, settings=settings)
+    assert plan.expected_cells() == cells and not plan.warnings
+    load = plan.spec.load
+    if name == "slo-search":
+        assert load.slo_search.over == "concurrency" and plan.spec.slos.ttft_ms
+        assert not load.concurrency and not load.rates  # nothing but the search
+    else:
+        from servebench.workloads import trace_requests
+
+        [workload] = plan.spec.workloads
+        assert len(trace_requests(workload, tmp_path)) == 40
+        assert workload.time_scale == 0.5 and load.max_concurrency == 8

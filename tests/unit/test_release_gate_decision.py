@@ -107,3 +107,24 @@ def test_a_quality_drop_fails_whatever_the_speed(spec):
     got = decide(spec, _params(), _measured([10, 10, 10], [8, 8, 8], [1000] * 3, [1200] * 3,
                                             correct=(True, False)))
     assert got["quality"]["gate_verdict"] == "fail" and got["overall"] == "fail"
+
+
+def test_quality_not_judged_leaves_the_release_to_a_person(spec):
+    """A target without a golden set: quality is "not judged", which decides nothing, so even
+    a candidate as fast as its baseline waits for a person, told why."""
+    from servebench.config import SweepSpec
+
+    [target] = spec.targets
+    bare = SweepSpec.model_validate({**spec.model_dump(), "targets": [
+        {**target.model_dump(), "golden_sets": []}]})
+    got = decide(bare, _params(), _measured([10, 10.5, 10.2], [10.1, 10.4, 10.3],
+                                            [1000, 990, 1010], [1005, 992, 1008]))
+    assert {r["verdict"] for r in got["perf"]} == {"pass"}
+    assert got["quality"]["gate_verdict"] == "not_judged"
+    assert got["overall"] == "inconclusive" and outcome(got) == "needs_person"
+    text = render_verdict(got, "r1")
+    assert "**NEEDS A PERSON**" in text
+    assert "- **quality**: not judged -- target has no golden set" in text
+    at = dt.datetime(2026, 12, 4, 9, tzinfo=dt.UTC)
+    rows = rows_to_table("gate_verdicts", verdict_rows(got, "gate-1", at)).to_pylist()
+    assert rows[-1]["metric"] == "quality" and rows[-1]["verdict"] == "not_judged"

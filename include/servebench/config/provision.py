@@ -197,9 +197,11 @@ class KubernetesProvision(_Strict):
     hardware: str | None = None
     health_timeout_s: float = Field(1800.0, gt=0)
     unschedulable_grace_s: float = Field(
-        60.0, gt=0, description="how long the pod may stay unschedulable before the variant "
-        "fails; a cluster autoscaler's TriggeredScaleUp event waits on (to health_timeout_s), "
-        "its NotTriggerScaleUp fails at once")
+        60.0, gt=0, description="how long the pod may stay unschedulable, no autoscaler "
+        "having spoken, before the variant fails; the latest autoscaler verdict among the pod's "
+        "events decides instead: the cluster autoscaler's TriggeredScaleUp or Karpenter's "
+        "Nominated (a node is coming) waits on (to health_timeout_s), its NotTriggerScaleUp or "
+        "Karpenter's FailedScheduling fails at once")
 
 
 Provision = Annotated[LocalProvision | StaticProvision | Ec2Provision | KubernetesProvision,

@@ -76,9 +76,10 @@ class VariantOptions(_Strict):
     max_model_len: int = Field(4096, gt=0, description="context length the server allocates")
     prefix_caching: bool = Field(True, description="the engine's prefix (prompt) cache")
     tokenizer: str | None = Field(
-        None, description="where prompts are cut to exact token counts for a stack without a "
-        "tokenize endpoint (a hosted API, TGI, TensorRT-LLM): a folder with tokenizer.json or a "
-        "hub id in this worker's Hugging Face cache; default: the model's")
+        None, description="where prompts are cut to exact token counts for a stack whose "
+        "server cannot both tokenize and detokenize (a hosted API; TGI, which serves /tokenize "
+        "but no /detokenize; TensorRT-LLM): a folder with tokenizer.json or a hub id in this "
+        "worker's Hugging Face cache; default: the model's")
     extra_args: list[str] = Field(default_factory=list,
                                   description="appended to the server command line")
     request_overrides: dict = Field(

@@ -19,6 +19,10 @@ Verdict -- the gate never says "pass" when it cannot tell:
                 the reason names the flipped items) -- and evidence that cannot be trusted:
                 items that do not pair up, or too many failed requests on either side.
 The release gate treats inconclusive as "needs a person" (or as a failure, configured so).
+
+A variant whose target has no golden set is ``not_judged`` (:func:`gate_columns`): nothing was
+asked of its answers, which is not evidence too weak to decide; the baseline variant of a
+target that has one is ``baseline``.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from scipy.stats import binomtest
 DEFAULT_ALPHA = 0.01
 DEFAULT_FLOOR = 0.99
 MAX_ERROR_RATE = 0.05
+NOT_JUDGED = "not_judged"  # the target has no golden set
 MAX_ITEMS_SUGGESTED = 1_000_000  # beyond this, "no practical golden set would decide it"
 FLIPPED_NAMED = 10  # flipped item ids a reason names before "and N more"
 
@@ -147,7 +152,8 @@ def items_to_decide(n: int, worse: int, better: int, alpha: float) -> int | None
 
 def gate_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
     """Gate every variant of every target against its baseline on the target's first golden
-    set; returns the cells-table gate columns keyed by (target, variant)."""
+    set (a target without one: every variant ``not_judged``); returns the cells-table gate
+    columns keyed by (target, variant)."""
     answers: dict[tuple[str, str], dict[str, Outcome]] = {}
     for target in spec.targets:
         if not target.golden_sets:
@@ -170,7 +176,7 @@ def gate_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
                 col["accuracy_ci_low"], col["accuracy_ci_high"] = wilson_interval(
                     correct, len(mine))
             if not target.golden_sets:
-                col.update(gate_verdict="inconclusive", gate_reason="target has no golden set")
+                col.update(gate_verdict=NOT_JUDGED, gate_reason="target has no golden set")
             elif variant.name == baseline:
                 col.update(gate_verdict="baseline", gate_reason="the reference variant")
             elif not base or not mine:

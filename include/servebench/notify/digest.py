@@ -61,6 +61,11 @@ def fmt_errors(row: dict) -> str:
     return f"{int(n_err)}/{int(n_req)}" if not is_missing(n_req) else str(int(n_err))
 
 
+def fmt_verdict(v: Any) -> str:
+    """A gate verdict as words: ``not_judged`` reads "not judged"."""
+    return fmt_text(v).replace("_", " ")
+
+
 def fmt_status(v: Any) -> str:
     s = fmt_text(v)
     return s if s in ("ok", MISSING) else s.upper()
@@ -84,7 +89,7 @@ METRIC_COLUMNS: list[Column] = [
     _col("out tok/s", "output_throughput", fmt_num),
     ("errors", fmt_errors, True),
     _col("accuracy", "accuracy", fmt_pct),
-    _col("gate", "gate_verdict", fmt_text, right=False),
+    _col("gate", "gate_verdict", fmt_verdict, right=False),
     _col("status", "status", fmt_status, right=False),
 ]
 DIGEST_COLUMNS: list[Column] = [
@@ -92,7 +97,27 @@ DIGEST_COLUMNS: list[Column] = [
     _col("workload", "workload", fmt_text, False),
     *METRIC_COLUMNS,
 ]
-SUMMARY_COLUMNS: list[Column] = [_col("stack", "stack", fmt_text, False), *DIGEST_COLUMNS]
+
+
+def fmt_load(r: dict) -> str:
+    """A cell's load point (``c4``, ``r20``, ``max``, ``trace``); an SLO search's row says what
+    it is: the highest load that held, at which the row was measured (``slo (max c4 within
+    SLO)``, ``slo (max r6.35 within SLO)``), ``slo (none within SLO)`` where even the first
+    probe missed, ``slo (no answer)`` where the search could not tell."""
+    if r.get("load_mode") != "slo":
+        return fmt_text(r.get("load_point"))
+    best = r.get("max_load_within_slo")
+    if is_missing(best):
+        return "slo (no answer)"
+    if float(best) <= 0:
+        return "slo (none within SLO)"
+    load = f"r{fmt_num(best)}" if r.get("slo_search_over") == "rate" else f"c{fmt_int(best)}"
+    return f"slo (max {load} within SLO)"
+
+
+SUMMARY_COLUMNS: list[Column] = [
+    _col("stack", "stack", fmt_text, False), *DIGEST_COLUMNS[:2], ("load", fmt_load, False),
+    *METRIC_COLUMNS]
 
 
 def cell_records(cells: pd.DataFrame) -> list[dict]:
@@ -129,19 +154,24 @@ def summary_table(cells: pd.DataFrame) -> str:
 
 
 def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
-    """One line per gated variant: verdict, accuracy with its interval, reason, flipped items."""
+    """One line per gated variant: verdict, accuracy with its interval, reason, flipped items;
+    a variant that was not judged (its target has no golden set) says only that, and why."""
     if cells.empty or "gate_verdict" not in cells.columns:
         return []
     lines = []
     first = cells.drop_duplicates(["target", "variant"]).to_dict("records")
     for r in first:
-        if is_missing(r.get("gate_verdict")):
+        verdict = r.get("gate_verdict")
+        if is_missing(verdict):
             continue
-        acc = (f"{fmt_pct(r.get('accuracy'))} [{fmt_pct(r.get('accuracy_ci_low'))}, "
-               f"{fmt_pct(r.get('accuracy_ci_high'))}]")
-        line = (f"{fmt_text(r.get('gate_verdict')).upper()} {r['target']}/{r['variant']}: "
-                f"accuracy {acc}")
-        if r.get("gate_verdict") != "baseline":
+        line = f"{fmt_verdict(verdict).upper()} {r['target']}/{r['variant']}: "
+        if verdict == "not_judged":
+            line += _one_line(r.get("gate_reason"))
+        else:
+            line += (f"accuracy {fmt_pct(r.get('accuracy'))} "
+                     f"[{fmt_pct(r.get('accuracy_ci_low'))}, "
+                     f"{fmt_pct(r.get('accuracy_ci_high'))}]")
+        if verdict not in ("baseline", "not_judged"):
             line += f" vs {fmt_text(r.get('gate_baseline'))}: {_one_line(r.get('gate_reason'))}"
         if not is_missing(r.get("cross_stack_verdict")):
             line += (f"; across stacks ({fmt_text(r.get('cross_stack_group'))}): "
@@ -368,7 +398,7 @@ def lever_columns(rows: list[dict]) -> list[Column]:
         *[(label, lambda r, k=key: fmt_change(r, k), True) for key, label in LEVERS],
         ("accuracy", lambda r: MISSING if is_missing(r.get("accuracy_delta_points"))
          else f"{r['accuracy_delta_points']:+.1f} pts", True),
-        ("gate", lambda r: fmt_text(r.get("gate_verdict")), False),
+        ("gate", lambda r: fmt_verdict(r.get("gate_verdict")), False),
     ]
     if any(not is_missing(r.get("engine_note")) for r in rows):
         columns.append(("engine vs baseline", lambda r: fmt_text(r.get("engine_note")), False))

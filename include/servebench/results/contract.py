@@ -9,6 +9,7 @@ What is checked (GX Core 1.x expectations unless marked *pandas*):
 every table   all schema columns present (and no others); required keys non-null
 runs          exactly one row; counts >= 0
 cells         status in {ok, invalid, failed}; reason non-null when status != ok;
+              gate_verdict, where set, in {pass, fail, inconclusive, not_judged, baseline};
               (target, variant, workload, load_point) unique, cell_id unique;
               throughputs/goodput >= 0; error_rate, accuracy in [0, 1];
               on ok cells: TTFT and E2E stats > 0, TPOT and ITL >= 0 (chunks read together
@@ -45,6 +46,7 @@ import pyarrow as pa
 from servebench.errors import ContractError
 from servebench.results.schema import (
     CELL_STATUSES,
+    GATE_VERDICT_VALUES,
     LATENCY_METRICS,
     LATENCY_STATS,
     PUBLISHED_TABLES,
@@ -158,6 +160,8 @@ def _suites(gx) -> dict[str, list]:
     cells = suites["cells"]
     cells += [
         E.ExpectColumnValuesToBeInSet(column="status", value_set=list(CELL_STATUSES)),
+        E.ExpectColumnValuesToBeInSet(column="gate_verdict",
+                                      value_set=list(GATE_VERDICT_VALUES)),
         E.ExpectColumnValuesToNotBeNull(column="reason", row_condition=not_ok),
         E.ExpectColumnValuesToBeUnique(column="cell_id"),
         E.ExpectCompoundColumnsToBeUnique(column_list=list(MATRIX_KEY)),

@@ -35,6 +35,8 @@ from servebench.errors import SchemaError
 SCHEMA_VERSION = 1
 
 CELL_STATUSES = ("ok", "invalid", "failed")
+# a cell's quality-gate verdict (evals.gate): null before the gate ran
+GATE_VERDICT_VALUES = ("pass", "fail", "inconclusive", "not_judged", "baseline")
 LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
 LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99")
 
@@ -146,7 +148,7 @@ CELLS = pa.schema(
         _f("accuracy_ci_low", _F64),  # Wilson 95%
         _f("accuracy_ci_high", _F64),
         _f("gate_baseline", _STR),  # the variant this one was gated against
-        _f("gate_verdict", _STR),  # pass | fail | inconclusive | baseline
+        _f("gate_verdict", _STR),  # GATE_VERDICT_VALUES; not_judged: no golden set
         _f("gate_reason", _STR),
         _f("gate_p_value", _F64),  # exact McNemar on the flipped items
         _f("gate_relative", _F64),  # accuracy / baseline accuracy
@@ -339,7 +341,7 @@ GATE_VERDICTS = pa.schema(
         _f("worse_mean", _F64),  # mean relative change, positive = worse
         _f("worse_ci_low", _F64),  # its 95% t-interval
         _f("worse_ci_high", _F64),
-        _f("verdict", _STR),  # pass | fail | inconclusive
+        _f("verdict", _STR),  # pass | fail | inconclusive; quality also not_judged
         _f("reason", _STR),
         _f("overall", _STR),  # the gate's: pass | fail | inconclusive
         _f("outcome", _STR),  # ship | blocked | needs_person
@@ -418,6 +420,10 @@ def _check_cells(rows: list[dict]) -> None:
             raise SchemaError(f"cells row {i} ({r.get('cell_id')}): status {status!r} needs a reason")
         if status == "ok" and r.get("reason") is not None:
             raise SchemaError(f"cells row {i} ({r.get('cell_id')}): reason must be null when ok")
+        verdict = r.get("gate_verdict")
+        if verdict is not None and verdict not in GATE_VERDICT_VALUES:
+            raise SchemaError(f"cells row {i} ({r.get('cell_id')}): gate_verdict {verdict!r} "
+                              f"not in {GATE_VERDICT_VALUES}")
 
 
 def rows_to_table(table_name: str, rows: list[dict]) -> pa.Table:

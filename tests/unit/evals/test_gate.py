@@ -175,3 +175,28 @@ def test_cross_stack_group_must_name_real_variants():
 
     with pytest.raises(SpecError, match=r"cross_stack group 'g' names \['nope/f16'\]"):
         _spec_with_group(["adder-llamacpp/f16", "nope/f16"])
+
+
+def test_a_target_without_a_golden_set_is_not_judged():
+    """Nothing was asked of its answers: "not judged", not the "inconclusive" of evidence too
+    weak to decide, which a target with a golden set but no results for a variant still is."""
+    import yaml
+    from servebench.config import parse_sweep
+    from servebench.evals.gate import NOT_JUDGED, gate_columns
+    from servebench.results.schema import GATE_VERDICT_VALUES
+    from servebench.settings import PROJECT_ROOT
+
+    data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    data["cross_stack"] = []
+    data["targets"][1]["golden_sets"] = []  # adder-transformers
+    spec = parse_sweep(data, "x")
+    answered = [{**row, "correct": True} for row in _evals("adder-llamacpp", "f16", ["3"] * 10)]
+    cols = gate_columns(spec, answered)
+    assert cols[("adder-transformers", "f32")] == {
+        "gate_baseline": "f32", "gate_verdict": NOT_JUDGED,
+        "gate_reason": "target has no golden set"}
+    assert NOT_JUDGED == "not_judged" and NOT_JUDGED in GATE_VERDICT_VALUES
+    assert cols[("adder-llamacpp", "f16")]["gate_verdict"] == "baseline"
+    assert cols[("adder-llamacpp", "q8_0")]["gate_verdict"] == "inconclusive"
+    assert cols[("adder-llamacpp", "q8_0")]["gate_reason"] == \
+        "no golden-set results for the variant"

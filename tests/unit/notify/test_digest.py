@@ -72,9 +72,9 @@ def test_all_ok_and_empty():
 def test_summary_table_fixed_width():
     text = summary_table(cells())
     lines = text.splitlines()
-    assert lines[0].split() == ["stack", "variant", "workload", "conc", "rate/s", "TTFT", "p50", "TTFT",
-                                "p95", "TPOT", "p50", "TPOT", "p95", "out", "tok/s", "errors",
-                                "accuracy", "gate", "status"]
+    assert lines[0].split() == ["stack", "variant", "workload", "load", "conc", "rate/s",
+                                "TTFT", "p50", "TTFT", "p95", "TPOT", "p50", "TPOT", "p95",
+                                "out", "tok/s", "errors", "accuracy", "gate", "status"]
     assert len(lines) == 2 + 4
     # columns line up: every "conc" value ends where the header does
     end = lines[0].index("conc") + len("conc")
@@ -171,3 +171,21 @@ def test_with_the_airflow_url_each_raised_line_links_its_page_in_the_benchmarks_
                          airflow_url="http://af/")
     assert f"href='{page.replace('&', '&amp;')}'" in html
     assert "class='finding'" not in render_report(table, RUN, "s3://b", alert, {})
+
+
+def test_a_variant_without_a_golden_set_reads_not_judged():
+    from servebench.notify.digest import gate_lines
+
+    frame = cells().iloc[:3].copy()
+    frame["gate_verdict"] = ["not_judged", "not_judged", "inconclusive"]
+    frame["gate_reason"] = ["target has no golden set"] * 2 + [
+        "no golden-set results for the variant"]
+    frame["gate_baseline"] = "q8_0"
+    lines = gate_lines(frame)
+    assert lines[0] == "NOT JUDGED cpu/q8_0: target has no golden set"
+    assert lines[1].startswith("INCONCLUSIVE cpu/q4_0: accuracy - [-, -] vs q8_0: no golden-set")
+    section = render_digest(frame, RUN, "./data").split("## Quality gate")[1].split("\n## ")[0]
+    assert "- NOT JUDGED cpu/q8_0: target has no golden set" in section
+    assert "INCONCLUSIVE cpu/q8_0" not in section
+    rows = summary_table(frame).splitlines()[2:]
+    assert all("not judged" in row for row in rows if " q8_0 " in row)

@@ -165,6 +165,32 @@ def test_invalid_cell_without_reason(good):
     assert cid in report.render()
 
 
+def test_gate_verdicts_are_the_gates_own(good):
+    """not_judged (a target without a golden set) is a verdict of the contract; a value the
+    gate never gives is refused in a ready-made table, naming the cell."""
+    import pyarrow as pa
+
+    def verdicts(cells):
+        for c, v in zip(cells, ["pass", "fail", "inconclusive", "not_judged", "baseline"]):
+            c["gate_verdict"] = v
+
+    rows = tables(mutated(good, "cells", verdicts))
+    report = validate_run(rows, expected_matrix())
+    assert report.success, report.render()
+    cells = rows["cells"]
+    values = cells["gate_verdict"].to_pylist()
+    values[3] = "no golden set"
+    rows["cells"] = cells.set_column(cells.schema.get_field_index("gate_verdict"),
+                                     "gate_verdict", pa.array(values, pa.string()))
+    report = validate_run(rows, expected_matrix())
+    assert not report.success
+    (f,) = report.failures
+    assert f.expectation == "expect_column_values_to_be_in_set"
+    assert f.columns == ("gate_verdict",)
+    assert f.sample_rows == [{"cell_id": good["cells"][3]["cell_id"],
+                              "gate_verdict": "no golden set"}]
+
+
 def test_zero_ttft_on_ok_cell(good):
     cid = good["cells"][9]["cell_id"]
     rows = mutated(good, "cells", lambda c: c[9].update(ttft_ms_mean=0.0))

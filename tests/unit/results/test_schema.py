@@ -112,3 +112,11 @@ def test_conform_casts_and_fills():
     assert t.column("schema_version").to_pylist() == [SCHEMA_VERSION]
     with pytest.raises(SchemaError, match="bogus"):
         conform("cells", raw.append_column("bogus", pa.array([1])))
+
+
+def test_a_cells_gate_verdict_is_one_the_gate_gives():
+    for verdict in ("pass", "fail", "inconclusive", "not_judged", "baseline", None):
+        t = rows_to_table("cells", [cell(gate_verdict=verdict)])
+        assert t.column("gate_verdict").to_pylist() == [verdict]
+    with pytest.raises(SchemaError, match=r"gate_verdict 'no golden set' not in .*not_judged"):
+        rows_to_table("cells", [cell(gate_verdict="no golden set")])
