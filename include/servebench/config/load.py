@@ -69,8 +69,9 @@ class LoadPoints(_Strict):
     seed: int = 0
     prompt_seed: int | None = Field(
         None, ge=0, description="seed of the prompts' text (each cell's prompt_key adds its "
-        "identity); default: one drawn per run, so no run meets prompts a server that outlives "
-        "runs (static, a retried task) has cached; set a run's (runs.prompt_seed) to "
+        "identity and the measuring task's try, so a retry meets none of its first try's "
+        "prompts); default: one drawn per run, so no run meets prompts a server that outlives "
+        "runs (static, a pod, an instance) has cached; set a run's (runs.prompt_seed) to "
         "reproduce it")
     warmup_requests: int = Field(2, ge=0, description="per cell, sent first, not measured")
     request_timeout_s: float = Field(120.0, gt=0, description="a request past it fails")
