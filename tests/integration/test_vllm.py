@@ -15,7 +15,7 @@ from engine_variants import (
     VARIANTS,  # tests/engine_variants.py: what the facts test renders
 )
 from servebench.bench import VariantRunner
-from servebench.config import parse_sweep
+from servebench.config import VariantSpec, parse_sweep
 from servebench.loadgen.engine import run_load_sync
 from servebench.provision.local import LocalProvisioner
 from servebench.settings import PROJECT_ROOT, Settings, get_settings
@@ -58,6 +58,77 @@ def test_every_rendered_command_line_parses_with_the_installed_vllm(tmp_path):
     out = subprocess.run([str(settings.vllm_venv / "bin" / "python"), "-c", PARSE],
                          input=json.dumps(argvs), capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and "parsed" in out.stdout, out.stderr[-3000:]
+
+
+# vLLM's own config check on a checkpoint: which quantization it settles on, or its refusal
+VERIFY = """
+import json, sys
+from pydantic import ValidationError
+from vllm.config import ModelConfig
+for model, flag in json.load(sys.stdin):
+    try:
+        print(json.dumps(ModelConfig(model=model, quantization=flag, dtype="bfloat16").quantization))
+    except ValidationError as e:
+        print(json.dumps("refused: " + str(e)))
+"""
+# quant_method -> a minimal quantization_config of that format, and vLLM's names for its methods
+CHECKPOINTS = {
+    "awq": ({"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True,
+             "version": "gemm"}, {"awq", "auto_awq", "awq_marlin"}),
+    "gptq": ({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False,
+              "sym": True}, {"gptq", "auto_gptq", "gptq_marlin"}),
+    "compressed-tensors": ({"quant_method": "compressed-tensors", "format": "int-quantized",
+                            "config_groups": {"group_0": {
+                                "targets": ["Linear"],
+                                "weights": {"num_bits": 8, "type": "int", "strategy": "channel",
+                                            "symmetric": True, "dynamic": False},
+                                "input_activations": {"num_bits": 8, "type": "int",
+                                                      "strategy": "token", "symmetric": True,
+                                                      "dynamic": True}}},
+                            "ignore": ["lm_head"]}, {"compressed-tensors"}),
+}
+
+
+def test_vllm_reads_each_prequantized_checkpoint_as_the_adapter_launches_it(tmp_path):
+    """The rule the quant tables follow (stacks/gpu.py), shown by the installed vLLM's own
+    ModelConfig on adder-3m's config with a quantization_config of each format: the
+    --quantization the adapter renders for each pre-quantized name (none) is accepted and
+    the checkpoint's method read; the flag a mislabelled variant would carry is refused
+    with vLLM's words, which is why the plan refuses it first."""
+    from servebench.stacks.gpu import PREQUANTIZED
+
+    adapter = get_stack("vllm")
+    settings = get_settings()
+    gpu = Settings(project_root=tmp_path, vllm_venv=tmp_path / "venv")
+    cases = []
+    for method, (quant_config, _) in CHECKPOINTS.items():
+        folder = tmp_path / method
+        folder.mkdir()
+        for f in (PROJECT_ROOT / "include/models/adder-3m").iterdir():
+            (folder / f.name).symlink_to(f)
+        (folder / "config.json").unlink()
+        config = json.loads((PROJECT_ROOT / "include/models/adder-3m/config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**config,
+                                                        "quantization_config": quant_config}))
+        for quant in [q for q, m in PREQUANTIZED.items() if m == method]:
+            argv = adapter.container_launch(VariantSpec(name="v", model="m", quant=quant),
+                                            port=8000, settings=gpu).command
+            flag = argv[argv.index("--quantization") + 1] if "--quantization" in argv else None
+            cases.append((method, str(folder), flag))
+    cases.append(("refused", str(tmp_path / "compressed-tensors"), "fp8"))
+    cases.append(("refused", str(tmp_path / "awq"), "awq_marlin"))  # the CPU build's Marlin
+    out = subprocess.run([str(settings.vllm_venv / "bin" / "python"), "-c", VERIFY],
+                         input=json.dumps([c[1:] for c in cases]), capture_output=True,
+                         text=True, timeout=300, env={**os.environ, "VLLM_NO_USAGE_STATS": "1"})
+    assert out.returncode == 0, out.stderr[-3000:]
+    answers = [json.loads(line) for line in out.stdout.splitlines() if line.startswith('"')]
+    assert len(answers) == len(cases) == 8, out.stdout
+    for (method, _, flag), answer in zip(cases, answers, strict=True):
+        if method == "refused":
+            assert "does not match the quantization method specified in the `quantization` " \
+                   f"argument ({flag})" in answer, answer
+        else:
+            assert flag is None and answer in CHECKPOINTS[method][1], (method, answer)
 
 
 def test_a_vllm_killed_mid_cell_fails_its_cells_with_the_signal(tmp_path, local_sweep):

@@ -4,14 +4,27 @@ quant, dtype and KV-cache dtype against each engine's own tables, the weights dt
 name implies, and the launch -- the same command line as a local process or in the engine's
 container image. Each adapter declares its tables, its command line (``_args``) and what is
 its own (speculative decoding, extra files, environment).
+
+A quant name says what the checkpoint is (``PREQUANTIZED``: the ``quant_method`` its
+``config.json`` states), or asks an engine to quantize a 16-bit checkpoint as it loads it
+(``fp8``, ``bitsandbytes``, TGI's ``eetq``). Every engine here reads a checkpoint's
+``quantization_config`` itself, and vLLM and SGLang refuse a ``--quantization`` that disagrees
+with it ("Quantization method specified in the model config (compressed-tensors) does not
+match the quantization method specified in the `quantization` argument (fp8)":
+``ModelConfig._verify_quantization``, vLLM v0.19.1 and v0.32.0 ``vllm/config/model.py``,
+SGLang v0.5.18 ``python/sglang/srt/configs/model_config.py``), so a pre-quantized checkpoint
+gets no such flag there; a local checkpoint whose ``config.json`` states another method than
+its quant name fails the plan.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import shutil
 import sys
 from collections.abc import Collection
+from pathlib import Path
 from typing import ClassVar
 
 from servebench.config import (
@@ -33,6 +46,23 @@ from servebench.stacks.llama_cpp import GGUF_QUANTS
 QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
                 "fp16": "float16", "float16": "float16"}
 GGUF_ONLY = GGUF_QUANTS - {"bf16", "f16", "f32"}
+PRECISIONS = frozenset({"none", *QUANT_DTYPES})  # weights as stored: no quantization_config
+# a checkpoint quantized ahead of time -> the quant_method its config.json states
+PREQUANTIZED: dict[str, str] = {
+    "awq": "awq",  # AutoAWQ's format (hugging-quants/...-AWQ-INT4)
+    "gptq": "gptq",  # AutoGPTQ's / GPTQModel's (hugging-quants/...-GPTQ-INT4)
+    "compressed-tensors": "compressed-tensors",  # llm-compressor's, whatever the scheme
+    "w4a16": "compressed-tensors",  # llm-compressor INT4 weights (GPTQ or AWQ), pack-quantized
+    "w8a8_int8": "compressed-tensors",  # INT8 weights and activations, int-quantized
+    "w8a8_fp8": "compressed-tensors",  # FP8 weights and activations, float-quantized
+}
+# quant name -> the quant_methods a local checkpoint's config.json may state for it (None: no
+# quantization_config); fp8 is a 16-bit checkpoint quantized as it loads, or an fp8 one
+CHECKPOINT_METHODS: dict[str, frozenset[str | None]] = {
+    **dict.fromkeys(PRECISIONS, frozenset({None})),
+    **{name: frozenset({method}) for name, method in PREQUANTIZED.items()},
+    "fp8": frozenset({None, "fp8"}),
+}
 
 
 def listen_args(host: str, port: int, served_model: str) -> list[str]:
@@ -48,6 +78,45 @@ def checkpoint_args(variant: VariantSpec, quant_flags: dict[str, str | None],
     args = ["--revision", variant.revision] if variant.revision else []
     quant = quant_flags.get(variant.quant.lower())
     return [*args, quant_flag, quant] if quant else args
+
+
+def stated_quant_method(folder: Path) -> tuple[bool, str | None]:
+    """``(readable, quant_method)`` of ``folder/config.json``'s ``quantization_config`` (or
+    ``compression_config``, compressed-tensors' older key, which TGI and vLLM still read);
+    quant_method None: the checkpoint states none (its weights as stored)."""
+    try:
+        config = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError):  # no config.json, or not JSON: the engine will say
+        return False, None
+    if not isinstance(config, dict):
+        return False, None
+    quant = config.get("quantization_config") or config.get("compression_config") or {}
+    method = quant.get("quant_method") if isinstance(quant, dict) else None
+    if not isinstance(method, str):
+        return True, None
+    # early compressed-tensors checkpoints spell it with "_" (SGLang's model_config reads both)
+    return True, method.lower().replace("compressed_tensors", "compressed-tensors")
+
+
+def checkpoint_problems(variant: VariantSpec, settings: Settings,
+                        methods: dict[str, frozenset[str | None]]) -> list[str]:
+    """A local checkpoint quantized otherwise than the variant's quant name allows
+    (``methods``: quant name -> the quant_methods its config.json may state, None: none): the
+    engines read the checkpoint's, so a flag rendered from the name (vLLM's and SGLang's
+    ``--quantization fp8``, TGI's ``--quantize``) is refused and the stored quant would misname
+    what was served. An unquantized folder passes under any name (a quantization recipe's
+    base checkpoint is one); hub ids and folders not made yet are not read."""
+    allowed = methods.get(variant.quant.lower())
+    folder = settings.resolve(variant.model)
+    if allowed is None or not folder.is_dir():
+        return []
+    readable, stated = stated_quant_method(folder)
+    if not readable or stated is None or stated in allowed:
+        return []
+    names = sorted(name for name, method in PREQUANTIZED.items() if method == stated)
+    return [f"field quant {variant.quant!r}: {folder}/config.json states quant_method "
+            f"{stated!r}: say quant {' or '.join(names) or stated} (the engine serves what the "
+            "checkpoint states)"]
 
 
 def weights_dtype(variant: VariantSpec) -> str | None:
@@ -67,7 +136,8 @@ class HfGpuStack(StackAdapter):
     shm_size: ClassVar[str] = "16g"  # NCCL between tensor-parallel workers uses /dev/shm
     quants: ClassVar[Collection[str]]  # the quant names it serves
     quant_flag: ClassVar[str] = "--quantization"  # how the quant-table message names it
-    deprecated_quants: ClassVar[dict[str, str]] = {}
+    refused_quants: ClassVar[dict[str, str]] = {}  # names it knows but cannot serve: why
+    checkpoint_methods: ClassVar[dict[str, frozenset[str | None]]] = CHECKPOINT_METHODS
     dtypes: ClassVar[Collection[str]]  # its --dtype choices
     kv_cache_dtypes: ClassVar[Collection[str]]  # the kv_cache_dtype values it takes
     # the request dialect: vLLM's protocol (SGLang and TensorRT-LLM copy it)
@@ -75,7 +145,9 @@ class HfGpuStack(StackAdapter):
     length_field: ClassVar[str] = "max_tokens"
 
     def check(self, variant: VariantSpec, settings: Settings) -> list[str]:
-        return [*self.precision_problems(variant), *self.speculative_problems(variant)]
+        return [*self.precision_problems(variant),
+                *checkpoint_problems(variant, settings, self.checkpoint_methods),
+                *self.speculative_problems(variant)]
 
     def cold_start_s(self, variant: VariantSpec, settings: Settings) -> float:
         """A hub checkpoint is downloaded on its first start (an 8B model's 16 GB, a 70B's
@@ -88,8 +160,8 @@ class HfGpuStack(StackAdapter):
         if quant in GGUF_ONLY:
             problems.append(f"field quant {variant.quant!r}: {self.name} does not serve GGUF "
                             "quants (they belong to llama_cpp)")
-        elif quant in self.deprecated_quants:
-            problems.append(f"field quant {variant.quant!r}: {self.deprecated_quants[quant]}")
+        elif quant in self.refused_quants:
+            problems.append(f"field quant {variant.quant!r}: {self.refused_quants[quant]}")
         elif quant not in self.quants:
             problems.append(f"field quant {variant.quant!r}: {self.name} {self.quant_flag} "
                             f"knows {sorted(self.quants)}")

@@ -51,15 +51,30 @@ from servebench.stacks.adapter import (
     chat_request,
     register_stack,
 )
-from servebench.stacks.gpu import HfGpuStack, checkpoint_args, weights_dtype
+from servebench.stacks.gpu import (
+    PRECISIONS,
+    PREQUANTIZED,
+    HfGpuStack,
+    checkpoint_args,
+    weights_dtype,
+)
 
-QUANT_FLAGS: dict[str, str | None] = {  # servebench quant -> --quantize
-    "none": None, "bf16": None, "bfloat16": None, "f16": None, "fp16": None, "float16": None,
-    "fp8": "fp8", "awq": "awq", "gptq": "gptq", "marlin": "marlin", "eetq": "eetq",
-    "exl2": "exl2", "compressed-tensors": "compressed-tensors", "bitsandbytes": "bitsandbytes",
-    "bitsandbytes-nf4": "bitsandbytes-nf4", "bitsandbytes-fp4": "bitsandbytes-fp4",
+# servebench quant -> --quantize (launcher/src/main.rs enum Quantization). A pre-quantized
+# checkpoint's is its config.json's quant_method: the launcher would read the same from it
+# (Config.quantize, then args.quantize.or(...)) and pass it to the shards, so --dtype is never
+# sent with it (server/text_generation_server/cli.py: "Only 1 can be set between `dtype` and
+# `quantize`"); AWQ and GPTQ run on Marlin where it can, compressed-tensors W4A16, W8A8 INT8
+# and FP8 on their loaders (layers/compressed_tensors/loader.py). fp8 and eetq quantize a
+# 16-bit checkpoint as it loads.
+QUANT_FLAGS: dict[str, str | None] = {
+    **dict.fromkeys(PRECISIONS, None), **PREQUANTIZED,
+    "fp8": "fp8", "marlin": "marlin", "eetq": "eetq", "exl2": "exl2",
+    "bitsandbytes": "bitsandbytes", "bitsandbytes-nf4": "bitsandbytes-nf4",
+    "bitsandbytes-fp4": "bitsandbytes-fp4",
 }
 DTYPES = {"float16", "bfloat16"}
+# servebench kv_cache_dtype -> --kv-cache-dtype (enum KVCacheDtype); unset, the model's dtype,
+# or FP8 where a compressed-tensors checkpoint's kv_cache_scheme says so (models/__init__.py)
 KV_CACHE_DTYPES = {"fp8": "fp8_e4m3fn", "fp8_e4m3": "fp8_e4m3fn", "fp8_e4m3fn": "fp8_e4m3fn",
                    "fp8_e5m2": "fp8_e5m2"}
 HUB_CACHE_IN_CONTAINER = "/data/hub"  # the image's HF_HOME=/data, plus huggingface_hub's hub/

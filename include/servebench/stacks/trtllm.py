@@ -22,7 +22,7 @@ sets ``max_draft_len`` from ``num_nextn_predict_layers`` (default 1), whatever w
 sent, equal, or MTP silently drafts one token. NGram's ``max_matching_ngram_size`` defaults to 0
 in some releases, which its validator refuses: it is always sent (``ngram_max``, else 2, the
 default of the releases that have one). Quantization is read from the
-checkpoint (ModelOpt ``hf_quant_config.json``); the PyTorch backend has no Medusa and runs
+checkpoint (``QUANTS`` says what it reads); the PyTorch backend has no Medusa and runs
 EAGLE heads as ``Eagle3``.
 
 There is no served-model-name flag in this series: responses name the model argument, or,
@@ -51,13 +51,45 @@ import yaml
 from servebench.config import VariantSpec
 from servebench.settings import Settings
 from servebench.stacks.adapter import register_stack
-from servebench.stacks.gpu import HfGpuStack, weights_dtype
+from servebench.stacks.gpu import (
+    CHECKPOINT_METHODS,
+    PRECISIONS,
+    HfGpuStack,
+    weights_dtype,
+)
 
 CONFIG_IN_CONTAINER = "/etc/servebench/trtllm-extra-options.yaml"
 
-# quantization comes from the checkpoint; these are the names a variant may declare
-QUANTS = {"none", "bf16", "bfloat16", "f16", "fp16", "float16", "fp8", "nvfp4", "awq",
-          "w4a16_awq", "w4a8_awq", "int8_sq"}
+# Quantization comes from the checkpoint, never a flag (TorchLlmArgs.quant_config is private):
+# ModelOpt's hf_quant_config.json, else config.json's quantization_config, of which the PyTorch
+# backend reads block-scaled fp8, mxfp4 and 8-bit compressed-tensors with per-channel or block
+# weight scales (_torch/model_config.py load_hf_quant_config at 1.3.0rc3), and serves what
+# _torch/modules/linear.py get_quant_method has a method for. The names a variant may declare:
+QUANTS = {*PRECISIONS,
+          "fp8",  # ModelOpt FP8 (nvidia/Llama-3.1-8B-Instruct-FP8), or block-scaled fp8
+          # llm-compressor FP8 with per-channel or block weight scales (FP8-dynamic); a
+          # per-tensor one (RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8) fails as it loads
+          "w8a8_fp8",
+          "mxfp4",  # gpt-oss's
+          "nvfp4", "w4a16_awq", "w4a8_awq"}  # ModelOpt
+CHECKPOINT_READER = "_torch/model_config.py load_hf_quant_config at 1.3.0rc3"
+REFUSED_QUANTS = {  # names of checkpoints the PyTorch backend cannot serve, and why
+    **dict.fromkeys(("awq", "gptq"), (
+        "an AutoAWQ/AutoGPTQ checkpoint: trtllm's PyTorch backend reads no awq or gptq "
+        f"quant_method ({CHECKPOINT_READER}) and has no GPTQ linear method; quantize with "
+        "ModelOpt (quant w4a16_awq)")),
+    **dict.fromkeys(("w8a8_int8", "int8_sq"), (
+        "trtllm's PyTorch backend has no INT8 W8A8 linear method (_torch/modules/linear.py "
+        "get_quant_method), and reads any 8-bit compressed-tensors group as FP8")),
+    "w4a16": ("a compressed-tensors W4A16 checkpoint: trtllm reads 8-bit compressed-tensors "
+              f"only ('Unsupported quant_bits: 4', {CHECKPOINT_READER})"),
+    "compressed-tensors": ("name the scheme: trtllm reads 8-bit FP8 compressed-tensors "
+                           f"only (quant w8a8_fp8; {CHECKPOINT_READER})"),
+}
+# its fp8 is ModelOpt's, whose config.json may state quant_method modelopt: not checked
+MODELOPT_FP8_METHODS = {k: v for k, v in CHECKPOINT_METHODS.items() if k != "fp8"}
+# kv_cache_config.dtype: auto (the checkpoint's) or fp8, which sets the KV quant algo FP8
+# (TorchLlmArgs.sync_quant_config_with_kv_cache_config_dtype)
 KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8", "fp8_e4m3": "fp8"}
 NGRAM_MAX_DEFAULT = 2  # NGramDecodingConfig.max_matching_ngram_size where it has a default
 SPEC_TYPES = {"ngram": "NGram", "draft": "DraftTarget", "eagle3": "Eagle3", "mtp": "MTP"}
@@ -100,7 +132,8 @@ class TrtllmStack(HfGpuStack):
     metrics_path = "/prometheus/metrics/"
     default_image = "nvcr.io/nvidia/tensorrt-llm/release:1.3.0rc3"
     entrypoint = ("trtllm-serve",)
-    quants = QUANTS  # quantization comes from a ModelOpt checkpoint; the names it may declare
+    quants, refused_quants = QUANTS, REFUSED_QUANTS  # the checkpoint's, never a flag
+    checkpoint_methods = MODELOPT_FP8_METHODS
     quant_flag = "checkpoint quantization"
     dtypes = frozenset({"auto", "float16", "bfloat16", "float32"})  # the LLM API's dtype
     top_k_disabled = 0  # TensorRT-LLM: top_k 0 disables top-k

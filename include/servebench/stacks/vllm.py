@@ -57,6 +57,8 @@ from servebench.stacks.adapter import (
     register_stack,
 )
 from servebench.stacks.gpu import (
+    PRECISIONS,
+    PREQUANTIZED,
     HfGpuStack,
     checkpoint_args,
     listen_args,
@@ -64,13 +66,17 @@ from servebench.stacks.gpu import (
 )
 from servebench.tokenize import VLLM_TOKENIZE
 
-# servebench quant name -> vLLM --quantization (None: none, weights as stored / --dtype).
-# awq/gptq checkpoints go to the Marlin kernels vLLM itself prefers for them; an explicit
-# "awq"/"gptq" would force the slower legacy kernels.
+# servebench quant name -> vLLM --quantization (None: no flag). A pre-quantized checkpoint
+# (gpu.PREQUANTIZED) gets none: vLLM reads its quantization_config and picks the kernel, and
+# on CUDA (sm80+) AWQ and GPTQ checkpoints go to Marlin by themselves (v0.19.1
+# awq_marlin.py/gptq_marlin.py override_quantization_method with no user choice; v0.32.0
+# auto_awq.py/auto_gptq.py). Naming the kernel pins it: "awq"/"gptq" would force the legacy
+# ones, and "awq_marlin" on the CPU build fails ("... model config (awq) does not match ...
+# (awq_marlin)": AutoAWQConfig overrides nothing on CPU). fp8 quantizes a 16-bit checkpoint
+# as it loads (or reads a quant_method fp8 one); a compressed-tensors FP8 checkpoint is w8a8_fp8.
 QUANT_FLAGS: dict[str, str | None] = {
-    "none": None, "bf16": None, "bfloat16": None, "f16": None, "fp16": None, "float16": None,
-    "fp8": "fp8", "awq": "awq_marlin", "gptq": "gptq_marlin", "awq_marlin": "awq_marlin",
-    "gptq_marlin": "gptq_marlin", "compressed-tensors": "compressed-tensors",
+    **dict.fromkeys(PRECISIONS, None), **dict.fromkeys(PREQUANTIZED, None),
+    "fp8": "fp8", "awq_marlin": "awq_marlin", "gptq_marlin": "gptq_marlin",
     "bitsandbytes": "bitsandbytes", "modelopt": "modelopt", "modelopt_fp4": "modelopt_fp4",
     "mxfp4": "mxfp4",
 }
@@ -79,7 +85,9 @@ DEPRECATED_QUANTS = {
                     "--allow-deprecated-quantization is passed (put both in extra_args to insist)",
 }
 DTYPES = {"auto", "half", "float16", "bfloat16", "float", "float32"}  # --dtype choices
-KV_CACHE_DTYPES = {"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"}  # CacheDType subset
+# --kv-cache-dtype: a CacheDType subset at v0.19.1 and v0.32.0 (vllm/config/cache.py); fp8 is
+# fp8_e4m3 on CUDA, scaled by the checkpoint's kv_cache_scheme where it has one, else by 1.0
+KV_CACHE_DTYPES = {"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}
 SPEC_METHODS = {"draft": "draft_model", "ngram": "ngram", "eagle": "eagle",
                 "eagle3": "eagle3", "mtp": "mtp", "medusa": "medusa"}
 
@@ -123,7 +131,7 @@ class VllmStack(HfGpuStack):
     length_field = "max_completion_tokens"  # max_tokens is deprecated there
     entrypoint = ("vllm", "serve")
     local_command = ()  # the installed build's own (local_launch)
-    quants, deprecated_quants = QUANT_FLAGS, DEPRECATED_QUANTS
+    quants, refused_quants = QUANT_FLAGS, DEPRECATED_QUANTS
     dtypes, kv_cache_dtypes = DTYPES, KV_CACHE_DTYPES
     checked_versions = (">=0.15.0,<0.20", "==0.32.*")
     tokenize_api = VLLM_TOKENIZE

@@ -160,7 +160,7 @@ def test_vllm_fp8_awq_prefix_off_tp2_speculative(settings, tmp_path):
         "prompt_lookup_max": 5}
     awq = adapter.local_launch(variant(quant="awq", speculative=DRAFT), host="h", port=1,
                                settings=settings).argv
-    assert val(awq, "--quantization") == "awq_marlin"
+    assert "--quantization" not in awq  # vLLM reads the checkpoint's and picks Marlin itself
     assert json.loads(val(awq, "--speculative-config")) == {
         "method": "draft_model", "model": "Qwen/Qwen2.5-0.5B-Instruct",
         "num_speculative_tokens": 3}
