@@ -38,12 +38,15 @@ print("parsed")
 def test_every_rendered_command_line_parses_with_the_installed_vllm(tmp_path):
     """What ``checked_versions`` claims for 0.32: vLLM 0.32's own parser (the API server's,
     which ``vllm serve`` shares) takes every flag and value the adapter renders, for the GPU
-    variants of the engine-facts test and the local sweep's CPU variants."""
+    variants of the engine-facts test, the GPU sweep's quantized and bf16 variants and the
+    local sweep's CPU variants."""
     settings = get_settings()
     adapter = get_stack("vllm")
     argvs = []
     gpu = Settings(project_root=tmp_path, vllm_venv=tmp_path / "venv")
-    for variant in VARIANTS["vllm"]:
+    night = parse_sweep(yaml.safe_load((PROJECT_ROOT / "include/sweeps/gpu-nightly.yaml")
+                                       .read_text()), "gpu-nightly")
+    for variant in [*VARIANTS["vllm"], *night.target("llama8b-vllm").variants]:
         command = adapter.container_launch(variant, port=8000, settings=gpu).command
         argvs.append(["--model", *command])  # `vllm serve MODEL ...` as the API server's
     spec = parse_sweep(yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml")

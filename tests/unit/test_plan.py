@@ -279,13 +279,13 @@ def test_the_gpu_sweep_fails_at_plan_where_an_engine_is_missing_and_plans_where_
     with pytest.raises(PlanError) as err:
         plan_run(sweep, settings=settings)
     problems = str(err.value).splitlines()[1:]
-    assert len(problems) == 2 and all("targets[1](name=llama8b-sglang)" in p and
+    assert len(problems) == 7 and all("targets[1](name=llama8b-sglang)" in p and
                                       "sglang is not installed in this worker's environment"
                                       in p for p in problems), problems
     monkeypatch.setattr(importlib.util, "find_spec",
                         lambda name, *a: object() if name == "sglang" else real(name, *a))
     plan = plan_run(sweep, settings=settings)
-    assert len(plan["units"]) == 6
+    assert len(plan["units"]) == 16  # bf16 and its quantized variants on both engines
 
 
 @pytest.mark.parametrize(("name", "cells"), [
