@@ -10,7 +10,9 @@
 #           this build machine's CPU; AMX kernels off, scripts/build_llama_cpp.sh says why)
 #   models  the stacks venv (CPU torch, transformers) and the GGUFs converted from the
 #           committed checkpoint (include/models/adder-3m), each launched once by the script
-#   vllm    vLLM's CPU build venv (requirements-vllm.txt, every package pinned)
+#   vllm    vLLM's CPU build venv (requirements-vllm.txt, every package pinned) and beside
+#           it llm-compressor's (requirements-quant.txt, pinned too), which makes the
+#           checkpoints of the sweeps' recipe variants at run time (servebench.quantize)
 #   final   apache/airflow + requirements.txt + the servebench package + all of the above
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
@@ -42,9 +44,10 @@ RUN .venv-stacks/bin/python scripts/build_local_model.py \
 FROM ${PYTHON_IMAGE} AS vllm
 WORKDIR /opt/servebench
 ARG TORCH_INDEX_URL
-COPY requirements-vllm.txt ./
-COPY scripts/setup_venv.sh scripts/setup_vllm_venv.sh scripts/
+COPY requirements-vllm.txt requirements-quant.txt ./
+COPY scripts/setup_venv.sh scripts/setup_vllm_venv.sh scripts/setup_quant_venv.sh scripts/
 RUN scripts/setup_vllm_venv.sh
+RUN scripts/setup_quant_venv.sh
 
 FROM ${AIRFLOW_IMAGE}
 USER root
@@ -56,8 +59,10 @@ COPY --from=llama --chown=airflow:root /opt/llama /opt/llama
 COPY --from=models --chown=airflow:root /opt/servebench/.venv-stacks /opt/servebench/.venv-stacks
 COPY --from=models --chown=airflow:root /opt/servebench/build/models /opt/servebench/build/models
 COPY --from=vllm --chown=airflow:root /opt/servebench/.venv-vllm /opt/servebench/.venv-vllm
+COPY --from=vllm --chown=airflow:root /opt/servebench/.venv-quant /opt/servebench/.venv-quant
 USER airflow
-COPY --chown=airflow:root requirements.txt pyproject.toml /opt/servebench/
+# requirements-quant.txt: its pins are part of every recipe's hash (servebench.quantize)
+COPY --chown=airflow:root requirements.txt requirements-quant.txt pyproject.toml /opt/servebench/
 COPY --chown=airflow:root include /opt/servebench/include
 RUN pip install --no-cache-dir -r /opt/servebench/requirements.txt \
  && pip install --no-cache-dir --no-deps -e /opt/servebench
@@ -68,4 +73,5 @@ ENV SERVEBENCH_PROJECT_ROOT=/opt/servebench \
     SERVEBENCH_SUITE_GIT_SHA=${SUITE_GIT_SHA} \
     SERVEBENCH_LLAMA_BIN=/opt/llama/current/build/bin \
     SERVEBENCH_STACKS_VENV=/opt/servebench/.venv-stacks \
-    SERVEBENCH_VLLM_VENV=/opt/servebench/.venv-vllm
+    SERVEBENCH_VLLM_VENV=/opt/servebench/.venv-vllm \
+    SERVEBENCH_QUANT_VENV=/opt/servebench/.venv-quant

@@ -7,6 +7,7 @@ VENV := $(ROOT)/.venv
 BIN := $(VENV)/bin
 STACKS_VENV ?= $(ROOT)/.venv-stacks
 VLLM_VENV ?= $(ROOT)/.venv-vllm
+QUANT_VENV ?= $(ROOT)/.venv-quant
 export SERVEBENCH_CACHE ?= $(HOME)/.cache/servebench
 LLAMA_CPP_PYTHON_VERSION := 0.3.36
 # the llama.cpp build flavour (scripts/build_llama_cpp.sh says why AMX kernels are off)
@@ -28,8 +29,11 @@ export SERVEBENCH_STACKS_VENV := $(STACKS_VENV)
 export STACKS_VENV
 export SERVEBENCH_VLLM_VENV := $(VLLM_VENV)
 export VLLM_VENV
+export SERVEBENCH_QUANT_VENV := $(QUANT_VENV)
+export QUANT_VENV
 
-.PHONY: run test proof airflow setup system system-test venv stacks vllm llama models airflow-db unit \
+.PHONY: run test proof airflow setup system system-test venv stacks vllm quant llama models airflow-db \
+	unit \
 	clean bench-ec2
 run: setup airflow-db
 	$(BIN)/airflow dags test nightly_benchmark
@@ -58,7 +62,7 @@ airflow: setup airflow-db
 unit: venv
 	$(BIN)/python -m pytest tests/unit tests/dags
 
-setup: system venv stacks vllm llama models
+setup: system venv stacks vllm quant llama models
 
 # the system packages a target needs: every missing one named, with the apt-get line that
 # installs them, before anything is built (scripts/check_system.sh holds the list)
@@ -82,6 +86,10 @@ stacks:
 # vLLM's CPU build (requirements-vllm.txt), the local default's vLLM stack
 vllm: system
 	scripts/setup_vllm_venv.sh
+
+# llm-compressor (requirements-quant.txt): makes the checkpoints of the sweeps' recipe variants
+quant: system
+	scripts/setup_quant_venv.sh
 
 llama: system
 	scripts/build_llama_cpp.sh

@@ -1,6 +1,7 @@
 """Nightly benchmark of the serving stacks named in a sweep spec.
 
-plan -> provision (setup) -> bench each host's (target, variant) units -> teardown (always)
+plan -> quantize (each recipe's checkpoint, cached) -> provision (setup) -> bench each host's
+(target, variant) units -> teardown (always)
 -> publish Parquet -> detect regressions against the nights before -> digest. Hosts run side
 by side, each its units one at a time; a paid instance is launched when its host's first unit
 is due and terminated when its last ends. The logic lives
@@ -51,6 +52,14 @@ def nightly_benchmark():
         from servebench.plan import Plan
 
         return Plan.from_xcom(plan).hosts()  # one mapped bench task per host
+
+    # before anything is held: a recipe's checkpoint is made once (cached by its inputs' hash);
+    # one that fails is its units' failed cells, and the night goes on
+    @task(execution_timeout=timedelta(hours=6))
+    def quantize(plan: dict, run_id=None) -> dict:
+        from servebench.pipeline import quantize_recipes
+
+        return quantize_recipes(plan, run_id)
 
     # every task that holds an instance has a time limit: a hung call must not keep a GPU
     @setup
@@ -113,6 +122,7 @@ def nightly_benchmark():
 
     planned = plan()
     held = provision(planned)  # nothing is provisioned for a sweep that fails to plan
+    quantize(planned) >> held  # no instance waits on a quantization
     benched = bench.partial(plan=planned, provisioned=held).expand(host=hosts(planned))
     torn_down = teardown_hosts(held, planned)  # the argument links the teardown to its setup
     benched >> torn_down

@@ -8,6 +8,8 @@
     |   `-- TraceError       a request trace to replay (file and row)
     |-- LaunchError      a variant's server could not be had (its log tail in the message)
     |   `-- ServerLaunchError  a local server exited or never became healthy
+    |-- QuantizeError    a variant's recipe could not make its checkpoint (the tool's last
+    |                    lines in the message)
     |-- TransportError   a request could not be carried (inside the load generator: every
     |                    failed request ends as a record with its error, never raised)
     |-- LoadGeneratorError  a client process of a multi-process load failed (its traceback
@@ -75,6 +77,11 @@ class LaunchError(ServebenchError, RuntimeError):
 
 class ServerLaunchError(LaunchError):
     """A server exited or never became healthy; the message carries its log tail."""
+
+
+class QuantizeError(ServebenchError, RuntimeError):
+    """A recipe could not make its checkpoint (llm-compressor failed, or its venv is missing);
+    the message carries the tool's own last lines. The variant's cells fail with it."""
 
 
 class TransportError(ServebenchError, RuntimeError):

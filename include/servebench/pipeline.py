@@ -1,6 +1,6 @@
 """The steps of a nightly run, one function per DAG task; the DAG file only wires them.
 
-plan -> provision (setup) -> bench each host's units -> teardown (always)
+plan -> quantize -> provision (setup) -> bench each host's units -> teardown (always)
 -> publish -> detect -> digest. Steps exchange small JSON (XCom: the plan as ``Plan.to_xcom``);
 bulky rows go through the result store's scratch area so any worker can pick them up. The
 work of each step lives in its own module (``plan``, ``bench``, ``publish``,
@@ -17,12 +17,14 @@ from collections.abc import Callable
 from servebench.bench import VariantRunner
 from servebench.connections import airflow_url, open_store
 from servebench.defaults import CLI_DAG_ID
+from servebench.errors import QuantizeError
 from servebench.notify.night import Night
 from servebench.notify.notifier import Notifier, notifier_for
 from servebench.plan import Plan, Unit, make_plan
 from servebench.provision import Provisioner, get_provisioner, provision_kinds
 from servebench.provision.interface import host_session
 from servebench.publish import keep_paid_hosts, keep_unit_rows, publish_run, unit_failed_cells
+from servebench.quantize.make import make_variant
 from servebench.results.store import ResultStore
 from servebench.settings import Settings, get_settings
 from servebench.trends.judge import judge_night
@@ -35,6 +37,33 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
     """The plan task: the checked sweep, expanded to units (``PlanError`` names every
     problem, before anything is provisioned)."""
     return make_plan(sweep, run_date, settings).to_xcom()
+
+
+def quantize_recipes(plan: Plan | dict, run_id: str, settings: Settings | None = None) -> dict:
+    """The quantize task: each recipe's checkpoint made once, before the units that serve it
+    (a checkpoint the cache has is not made again: ``servebench.quantize``). A recipe that
+    fails keeps its units' cells failed with the tool's own last lines, which the bench then
+    skips; the rest of the night runs. Returns, per recipe hash, its path and seconds or why
+    it failed."""
+    settings, plan = settings or get_settings(), Plan.from_xcom(plan)
+    made: dict[str, dict] = {}
+    for unit in plan.units:
+        if unit.quantized is None:
+            continue
+        digest = unit.quantized.recipe_hash
+        if digest not in made:
+            try:
+                seconds = make_variant(plan.spec, plan.variant_of(unit), settings)
+                made[digest] = {"path": unit.quantized.path, "seconds": round(seconds, 1)}
+            except QuantizeError as exc:
+                log.error("recipe %s of %s failed: %s", digest, unit.unit_id, exc)
+                made[digest] = {"failed": str(exc)}
+        if "failed" in made[digest]:
+            reason = (f"quantizing {unit.quantized.base} by its recipe ({digest}) failed: "
+                      f"{made[digest]['failed']}")
+            keep_unit_rows(open_store(settings), plan, unit, run_id,
+                           {"cells": unit_failed_cells(plan, unit, run_id, reason)})
+    return made
 
 
 def provision(plan: Plan | dict, run_id: str, settings: Settings | None = None,
@@ -116,8 +145,8 @@ def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: s
     kept = store.scratch_units(run_id)
     units = plan.units_on(host)
     todo = [u for u in units if u.unit_id not in kept]
-    if len(todo) < len(units):
-        log.info("%s: %s kept by a former try", host,
+    if len(todo) < len(units):  # a recipe that failed to quantize keeps its failed cells too
+        log.info("%s: %s kept by a former try or the quantize step", host,
                  [u.unit_id for u in units if u.unit_id in kept])
     summary: dict = {"host": host, "units": {}}
     if not todo:
@@ -148,8 +177,12 @@ def bench_unit(plan: Plan, unit: Unit, provisioner: Provisioner, run_id: str,
                settings: Settings, store: ResultStore,
                on_cell: Callable[[dict], None] | None = None, try_number: int = 1) -> dict:
     """One unit on its host's ``provisioner`` in the bench task's try ``try_number``, its rows
-    kept as the unit's scratch in ``store``."""
-    result = VariantRunner(plan.spec, plan.target_of(unit), plan.variant_of(unit),
+    kept as the unit's scratch in ``store``. A recipe variant's checkpoint is the quantize
+    step's; a worker without it in its cache makes it first."""
+    variant = plan.variant_of(unit)
+    if variant.quantized is not None:
+        make_variant(plan.spec, variant, settings)
+    result = VariantRunner(plan.spec, plan.target_of(unit), variant,
                            run_id=run_id, settings=settings, provisioner=provisioner,
                            on_cell=on_cell, prompt_seed=plan.prompt_seed,
                            try_number=try_number).run()
@@ -205,7 +238,7 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
               on_cell: Callable[[dict], None] | None = None,
               on_units_done: Callable[[], None] | None = None) -> dict:
     """The nightly DAG's steps in this process, in its order: plan (``SpecError`` before
-    anything is provisioned), provision, each host's units (a crashed unit becomes failed
+    anything is provisioned), quantize (each recipe's checkpoint), provision, each host's units (a crashed unit becomes failed
     cells with its error), teardown in every path, publish, detect, digest. Its runs are a
     history of their own (dag_id ``servebench-cli``), so ad-hoc runs never enter the nightly
     trends. The hooks see the units go by (``on_units`` gets the plan before the first,
@@ -214,6 +247,7 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
     now = dt.datetime.now(dt.UTC)
     run_id = run_id or f"cli__{now.isoformat(timespec='seconds')}"
     plan = make_plan(sweep, run_date=now.date())
+    quantize_recipes(plan, run_id)
     provisioned = None
     try:
         provisioned = provision(plan, run_id, dag_id=CLI_DAG_ID)

@@ -17,10 +17,13 @@ import logging
 from pydantic import BaseModel, ConfigDict
 
 from servebench.config import LongContextWorkload, SweepSpec, TargetSpec, VariantSpec, load_sweep
+from servebench.config.quantize import QuantizedCheckpoint
 from servebench.connections import store_problems
 from servebench.errors import GoldenSetError, PlanError
 from servebench.evals.golden import load_golden_set
 from servebench.provision import get_provisioner
+from servebench.quantize.checks import recipe_problems
+from servebench.quantize.inputs import checkpoint_for
 from servebench.settings import Settings, get_settings
 from servebench.stacks import get_stack
 from servebench.tokenize import tokenizer_problem
@@ -49,6 +52,8 @@ class Unit(BaseModel):
     provision: str  # the target's provision kind
     unit_id: str
     host: str  # the machine it runs on (``Provisioner.host_key``): one unit at a time there
+    # a recipe variant's checkpoint, made by the quantize step (``servebench.quantize``)
+    quantized: QuantizedCheckpoint | None = None
 
 
 class Plan(BaseModel):
@@ -83,7 +88,13 @@ class Plan(BaseModel):
         return self.spec.target(unit.target)
 
     def variant_of(self, unit: Unit) -> VariantSpec:
-        return next(v for v in self.target_of(unit).variants if v.name == unit.variant)
+        """The unit's variant as it is launched: a recipe variant's ``model`` is its quantized
+        checkpoint (``quantized`` keeps the base and the recipe's hash)."""
+        variant = next(v for v in self.target_of(unit).variants if v.name == unit.variant)
+        if unit.quantized is None:
+            return variant
+        return variant.model_copy(update={"model": unit.quantized.path,
+                                          "quantized": unit.quantized})
 
     def hosts(self) -> list[str]:
         """The hosts the units run on, in the plan's order (one bench task each)."""
@@ -120,7 +131,8 @@ def plan_spec(spec: SweepSpec, path: str, *, run_date: dt.date | None = None,
         raise PlanError(f"{path}: sweep cannot run:\n  " + "\n  ".join(problems))
     units = [Unit(target=t.name, variant=v.name, stack=t.stack, provision=t.provision_kind,
                   unit_id=unit_id(t.name, v.name),
-                  host=get_provisioner(t.provision_kind).host_key(t))
+                  host=get_provisioner(t.provision_kind).host_key(t),
+                  quantized=checkpoint_for(spec, v, settings) if v.recipe else None)
              for t in spec.targets for v in t.variants]
     n_cells = len(units) * sum(len(spec.load.points_for(w)) for w in spec.workloads)
     log.info("plan: %d units on %d hosts, %d cells from %s", len(units),
@@ -159,6 +171,10 @@ def _problems(spec: SweepSpec, path: str, settings: Settings) -> tuple[list[str]
             at = f"{where}.variants[{v_idx}](name={variant.name})"
             for problem in provisioner.check(target, variant, adapter, settings):
                 problems.append(f"{at}: {target.stack}: {problem}")
+            if variant.recipe is not None:
+                bad, doubts = recipe_problems(spec, target, variant, settings)
+                problems += [f"{at}.{problem}" for problem in bad]
+                warnings += [f"{at}.{doubt}" for doubt in doubts]
             if not adapter.forces_length(variant):
                 warnings.append(
                     f"{at}: {target.stack} cannot force exact output lengths "

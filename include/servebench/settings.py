@@ -40,6 +40,9 @@ class Settings(BaseSettings):
     work_dir: Path = Field(
         PROJECT_ROOT / "build" / "runs", description="server logs and pid files per run"
     )
+    cache: Path = Field(
+        _cache_dir(), description="what the suite builds once and keeps across runs (llama.cpp, "
+        "quantized/<recipe hash>: each recipe's checkpoint)")
     llama_bin: Path = Field(
         _cache_dir() / f"llama.cpp-{LLAMA_CPP_VERSION}-{LLAMA_CPP_BUILD_TAG}" / "build" / "bin",
         description="folder with llama-server and llama-quantize",
@@ -50,6 +53,9 @@ class Settings(BaseSettings):
     vllm_venv: Path = Field(
         PROJECT_ROOT / ".venv-vllm", description="venv whose vLLM the local provisioner runs: "
         "the CPU build `make setup` installs, or a GPU worker's with `pip install vllm`")
+    quant_venv: Path = Field(
+        PROJECT_ROOT / ".venv-quant", description="venv with llm-compressor (CPU torch), which "
+        "makes a recipe variant's checkpoint (requirements-quant.txt, `make quant`)")
     slack_channel: str = Field("#servebench", description="channel for the digest")
     slack_conn_id: str = Field("slack_api_default", description="Airflow Slack connection")
     airflow_url: str | None = Field(

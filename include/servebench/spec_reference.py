@@ -29,6 +29,8 @@ def spec_reference() -> str:
         for name, field in model.model_fields.items():
             if union and name == "kind":
                 continue  # its row is the member's own
+            if field.exclude:
+                continue  # the runtime's (the plan sets it), never written in a spec
             path = f"{prefix}{name}"
             members = _models_in(field.annotation)
             if field.is_required():

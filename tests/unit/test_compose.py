@@ -163,6 +163,11 @@ def test_the_image_serves_the_local_sweep(dockerfile):
     assert "requirements-vllm.txt" in " ".join(stages["vllm"])
     assert f"COPY --from=vllm --chown=airflow:root {root}/.venv-vllm {root}/.venv-vllm" in final
     assert env["SERVEBENCH_VLLM_VENV"] == f"{root}/.venv-vllm"
+    # llm-compressor, pinned, for the recipe variants; its pins are in every recipe's hash
+    assert "scripts/setup_quant_venv.sh" in " ".join(stages["vllm"])
+    assert f"COPY --from=vllm --chown=airflow:root {root}/.venv-quant {root}/.venv-quant" \
+        in final and "requirements-quant.txt" in final
+    assert env["SERVEBENCH_QUANT_VENV"] == f"{root}/.venv-quant"
     # every model the default sweep serves is one the image holds
     spec = load_sweep(ROOT / "include" / "sweeps" / "local.yaml")
     for target in spec.targets:

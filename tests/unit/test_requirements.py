@@ -1,18 +1,21 @@
 """Every third-party module the code imports is declared in the requirements file of the place
 that imports it: the library, its DAGs and plugins in requirements.txt (which pyproject's
-dependencies repeat), the tests and benchmarks in requirements-dev.txt (on top of it), and
-nothing only the tests use sits in the runtime file."""
+dependencies repeat), the tests and benchmarks in requirements-dev.txt (on top of it), the
+script the quantization venv runs in requirements-quant.txt, and nothing only the tests use
+sits in the runtime file."""
 
 import ast
 import re
 import sys
-from importlib.metadata import packages_distributions
+from importlib.metadata import distributions, packages_distributions
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN = {"servebench", "__future__"}
+# run by the quantization venv's python (servebench.quantize.make), never imported by the library
+QUANT_VENV_FILES = ("include/servebench/quantize/oneshot.py",)
 # the tests' own helper modules, imported by name from their folder
 TEST_HELPERS = {p.stem for folder in ("tests", "benchmarks") for p in (ROOT / folder).rglob("*.py")}
 
@@ -32,20 +35,22 @@ def _declared(path: Path) -> set[str]:
     return names
 
 
-def _imports(*folders: str) -> dict[str, str]:
-    """Top-level module -> the first file that imports it, over every .py under ``folders``."""
+def _imports(*folders: str, files: tuple[str, ...] = ()) -> dict[str, str]:
+    """Top-level module -> the first file that imports it, over every .py under ``folders``
+    (but QUANT_VENV_FILES) and ``files``."""
     found: dict[str, str] = {}
-    for folder in folders:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names = [a.name for a in node.names]
-                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    names = [node.module]
-                else:
-                    continue
-                for name in names:
-                    found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
+    paths = [p for folder in folders for p in sorted((ROOT / folder).rglob("*.py"))
+             if str(p.relative_to(ROOT)) not in QUANT_VENV_FILES] + [ROOT / f for f in files]
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                found.setdefault(name.split(".")[0], str(path.relative_to(ROOT)))
     return {m: f for m, f in found.items()
             if m not in sys.stdlib_module_names and m not in OWN and m not in TEST_HELPERS}
 
@@ -63,6 +68,23 @@ def _undeclared(imports: dict[str, str], declared: set[str]) -> list[str]:
 def test_the_library_dags_and_plugins_declare_what_they_import():
     assert not _undeclared(_imports("include", "dags", "plugins"),
                            _declared(ROOT / "requirements.txt"))
+
+
+def test_the_quantization_script_declares_what_it_imports_in_its_venvs_file():
+    sites = sorted((ROOT / ".venv-quant").glob("lib/python3*/site-packages"))
+    if not sites:
+        pytest.skip("no .venv-quant to read the distributions from (make quant)")
+    dists: dict[str, list[str]] = {}
+    for dist in distributions(path=[str(sites[0])]):
+        tops = (dist.read_text("top_level.txt") or "").split() or \
+            {str(f).split("/")[0].removesuffix(".py") for f in dist.files or ()}
+        for top in tops:
+            dists.setdefault(top, []).append(dist.metadata["Name"])
+    imports = _imports(files=QUANT_VENV_FILES)
+    assert {"llmcompressor", "torch", "transformers"} <= set(imports)
+    declared = _declared(ROOT / "requirements-quant.txt")
+    missing = [m for m in imports if not {_norm(d) for d in dists.get(m, [])} & declared]
+    assert not missing
 
 
 def test_the_tests_and_benchmarks_declare_what_they_import():

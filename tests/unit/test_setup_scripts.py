@@ -91,7 +91,7 @@ def test_the_torch_index_is_named_in_one_place_which_the_dockerfile_uses_too():
               if p.is_file() and "download.pytorch.org" in p.read_text()]
     assert naming == ["scripts/setup_venv.sh"]
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for script in ("setup_stacks_venv.sh", "setup_vllm_venv.sh"):
+    for script in ("setup_stacks_venv.sh", "setup_vllm_venv.sh", "setup_quant_venv.sh"):
         assert f"RUN scripts/{script}\n" in dockerfile
     assert dockerfile.count("ARG TORCH_INDEX_URL\n") == 2  # both stages pass it through
 

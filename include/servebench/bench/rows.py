@@ -45,7 +45,8 @@ def cell_identity(spec: SweepSpec, target: TargetSpec, variant: VariantSpec, wor
     return {
         "cell_id": cell_id(target.name, variant.name, workload, point),
         "target": target.name, "stack": target.stack, "variant": variant.name,
-        "model": variant.model, "quant": variant.quant,
+        "model": variant.base_model, "quant": variant.quant,
+        "recipe_hash": variant.quantized.recipe_hash if variant.quantized else None,
         "workload": workload, "load_point": point.label, "load_mode": point.mode,
         "concurrency": point.concurrency, "request_rate": point.request_rate,
         "arrival": spec.load.arrival if point.mode == "open" else None,
@@ -81,7 +82,8 @@ class UnitRows:
         self.engine_version: str | None = None  # set as the unit starts, and once launched
 
     def base_row(self, workload: str, point: LoadPoint, argv: list[str] | None) -> dict:
-        model_path = self.settings.resolve(self.variant.model)
+        # a recipe variant's series is its base model's: its recipe_hash names the rest
+        model_path = self.settings.resolve(self.variant.base_model)
         return {
             **cell_identity(self.spec, self.target, self.variant, workload, point),
             "price_per_hour": self.price_per_hour,  # the host's it ran on

@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from servebench.config.base import _Strict
+from servebench.config.quantize import QuantizedCheckpoint, RecipeSpec
 
 
 class SpeculativeSpec(_Strict):
@@ -121,6 +122,15 @@ class GpuOptions(BaseModel):
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
 
 
+class RecipeOption(BaseModel):
+    """Stacks that serve llm-compressor's compressed-tensors checkpoints (vllm, sglang): a
+    variant may name a recipe, and its ``model`` is then the base checkpoint the recipe is
+    applied to (``config.quantize``)."""
+
+    recipe: RecipeSpec | None = Field(
+        None, description="make the checkpoint from ``model`` by this quantization recipe")
+
+
 class LlamaCppVariant(VariantOptions, ThreadsOption, ContainerOption):
     """What a llama.cpp variant may set (a GGUF file, CPU threads, the server image)."""
 
@@ -133,9 +143,13 @@ class HfGpuVariant(VariantOptions, DtypeOption, ContainerOption, GpuOptions):
     """What a variant of a GPU engine may set."""
 
 
-class VllmVariant(HfGpuVariant, ThreadsOption):
-    """What a vLLM variant may set: the GPU engines' knobs, and ``threads`` for the CPU
-    build."""
+class VllmVariant(HfGpuVariant, ThreadsOption, RecipeOption):
+    """What a vLLM variant may set: the GPU engines' knobs, ``threads`` for the CPU build,
+    and a quantization recipe."""
+
+
+class SglangVariant(HfGpuVariant, RecipeOption):
+    """What an SGLang variant may set: the GPU engines' knobs and a quantization recipe."""
 
 
 # Each stack's options model, by stack name: what a variant of that stack may set. Declared
@@ -147,7 +161,7 @@ STACK_OPTIONS: dict[str, type[VariantOptions]] = {
     "llama_cpp": LlamaCppVariant,
     "transformers": TransformersVariant,
     "vllm": VllmVariant,
-    "sglang": HfGpuVariant,
+    "sglang": SglangVariant,
     "tgi": HfGpuVariant,
     "trtllm": HfGpuVariant,
     "openai_api": VariantOptions,
@@ -159,6 +173,19 @@ def stack_options(name: str) -> type[VariantOptions] | None:
     return STACK_OPTIONS.get(name)
 
 
-class VariantSpec(GpuOptions, ContainerOption, DtypeOption, ThreadsOption, VariantOptions):
+class VariantSpec(RecipeOption, GpuOptions, ContainerOption, DtypeOption, ThreadsOption,
+                  VariantOptions):
     """A variant as the runtime carries it: every stack's knobs (unset ones at their
-    defaults); a spec file may set only those of its target's stack (``TargetSpec``)."""
+    defaults); a spec file may set only those of its target's stack (``TargetSpec``).
+
+    ``quantized`` is the plan's, never a spec's: a recipe variant's output checkpoint, which
+    ``Plan.variant_of`` puts in ``model`` for everything that launches or reads it."""
+
+    quantized: QuantizedCheckpoint | None = Field(
+        None, exclude=True,  # never in the spec's JSON, its hash or its reference
+        description="set by the plan: the recipe's checkpoint this variant launches")
+
+    @property
+    def base_model(self) -> str:
+        """The checkpoint the spec names: a recipe's base, else ``model``."""
+        return self.quantized.base if self.quantized else self.model

@@ -103,8 +103,10 @@ CELLS = pa.schema(
         _f("target", _STR),
         _f("stack", _STR),
         _f("variant", _STR),
-        _f("model", _STR),
+        _f("model", _STR),  # the checkpoint the spec names (a recipe variant's base)
         _f("quant", _STR),
+        # a recipe variant's: the hash of what made its checkpoint (servebench.quantize)
+        _f("recipe_hash", _STR),
         _f("workload", _STR),
         _f("load_point", _STR),  # c4 (closed loop, 4 workers) or r20 (open loop, 20 req/s)
         _f("load_mode", _STR),  # closed | open | max | trace | slo (capacity's search)

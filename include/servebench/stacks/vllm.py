@@ -188,6 +188,8 @@ class VllmStack(HfGpuStack):
         if build[0] == "cpu" and dtype not in (None, "auto", *CPU_DTYPES):
             return [f"field dtype {dtype!r}: the CPU build of vLLM computes in "
                     f"{sorted(CPU_DTYPES)}"]
+        if build[0] == "cpu" and variant.recipe is not None:
+            return cpu_recipe_problems(variant, cpu_flags())
         return []
 
     def local_launch(self, variant: VariantSpec, *, host: str, port: int,
@@ -221,3 +223,60 @@ class VllmStack(HfGpuStack):
         if build is None:
             return "unknown"
         return build[1] if build[0] == "gpu" else f"{build[1]}+cpu"
+
+
+# What the CPU build (v0.32.0) runs a recipe's compressed-tensors checkpoint with, read from
+# its kernels and the three kernel libraries the wheel carries (platforms/cpu.py
+# import_kernels: _C with AVX-512 BF16, _C_AVX512 without it, _C_AVX2 below AVX-512):
+# * 4-bit weights (W4A16, W4A16_ASYM): CPUWNA16LinearKernel (kernels/linear/mixed_precision/
+#   cpu.py), op cpu_gemm_wna16, compiled into _C and _C_AVX512 only: AVX-512F. Its weights
+#   are uint4 or uint4b8 only (8-bit ones find no kernel), and it computes in bfloat16 only
+#   (float32 dies at the first forward: '"cpu_gemm_wna16" not implemented for 'Float'').
+#   AMX switches it to its amx path (and, with VLLM_CPU_INT4_W4A8, to int4 x int8).
+# * INT8 W8A8: CPUInt8ScaledMMLinearKernel (kernels/linear/scaled_mm/cpu.py) through oneDNN
+#   (onednn_scaled_mm, in all three libraries: oneDNN picks the ISA at run time), or with AMX
+#   sgl's int8_scaled_mm_with_quant: no instruction required.
+# * FP8 weights (FP8, FP8_DYNAMIC): the Torch FP8 kernels (torch._scaled_mm on CPU;
+#   CPUFP8W8A8ScaledMMLinearKernel only with AMX-FP8): no instruction required by vLLM.
+CPU_RECIPE_FLAGS = {"W4A16": ("avx512f",), "W4A16_ASYM": ("avx512f",)}
+CPU_RECIPE_DTYPES = {"W4A16": "bfloat16", "W4A16_ASYM": "bfloat16"}
+CPU_REFUSED_SCHEMES = {  # the engine's words, serving such a checkpoint (2026-12-04)
+    "W8A16": "'Failed to find a kernel that can implement the WNA16 linear layer. Reasons: "
+             "[...] CPUWNA16LinearKernel cannot implement due to: Quant type (uint8b128) not "
+             "supported by CPUWNA16, supported types are: (ScalarType.uint4, "
+             "ScalarType.uint4b8)'",
+}
+
+
+def cpu_flags() -> set[str]:
+    """This worker's CPU flags (/proc/cpuinfo; empty where it has none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return {flag for line in text.splitlines() if line.startswith(("flags", "Features"))
+            for flag in line.partition(":")[2].split()}
+
+
+def cpu_recipe_problems(variant: VariantSpec, flags: set[str]) -> list[str]:
+    """Why the CPU build cannot serve ``variant``'s recipe on a worker with CPU ``flags``
+    (empty: it can). A recipe file's scheme is not read here: the engine says at launch."""
+    scheme = variant.recipe.scheme if variant.recipe else None
+    if scheme is None:
+        return []
+    if scheme in CPU_REFUSED_SCHEMES:
+        return [f"field recipe.scheme {scheme!r}: vLLM's CPU build cannot serve it: "
+                + CPU_REFUSED_SCHEMES[scheme]]
+    problems = []
+    missing = [flag for flag in CPU_RECIPE_FLAGS.get(scheme, ()) if flag not in flags]
+    if missing:
+        problems.append(f"field recipe.scheme {scheme!r}: vLLM's CPU build runs it with "
+                        f"cpu_gemm_wna16, built only for CPUs with {', '.join(missing)}, which "
+                        "this worker lacks (/proc/cpuinfo)")
+    dtype = CPU_RECIPE_DTYPES.get(scheme)
+    if dtype and variant.dtype != dtype:
+        problems.append(f"field dtype {variant.dtype!r}: vLLM's CPU build computes scheme "
+                        f"{scheme!r} in {dtype} only (float32 fails: '\"cpu_gemm_wna16\" not "
+                        "implemented for 'Float''): set dtype: bfloat16")
+    return problems
+

@@ -1,7 +1,7 @@
 """Attribution: what recorded change explains a series' change. The provenance of the night
 before a change and of the change night is compared -- engine version, launch args, model file,
-sampling, hardware and CPU features, the suite's code the cell ran (``measuring_code``: a suite
-deploy that touched only the digest is no cause), and the cell's own part of the sweep spec
+a recipe variant's ``recipe_hash`` (recipe, calibration data, tools), sampling, hardware and
+CPU features, the suite's code the cell ran (``measuring_code``: a suite deploy that touched only the digest is no cause), and the cell's own part of the sweep spec
 (``cell_spec``: another variant's knob is no cause of this one's change) -- and what changed is
 named; when nothing recorded changed, it says so (the host, or noise)."""
 
@@ -16,8 +16,10 @@ import pandas as pd
 
 from servebench.trends.detect import noise_sigma
 
-CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "sampling_hash",
-                   "hardware", "image", "gpu")  # image: the digest pulled; gpu: driver, CUDA
+CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "recipe_hash",
+                   "sampling_hash", "hardware", "image", "gpu")  # image: the digest pulled;
+# gpu: driver, CUDA; recipe_hash: what made a recipe variant's checkpoint (servebench.quantize:
+# its series stays its base model's, so a recipe change is a change within it, named here);
 # and the suite's commit, named only where the cell's measuring_code moved (_suite_diff), and
 # the cell's part of the sweep spec (_spec_diff)
 SPEC_CHANGES_SHOWN = 4
