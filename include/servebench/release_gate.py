@@ -32,13 +32,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from scipy import stats
 
 from servebench.bench import VariantRunner
-from servebench.config import SLOSpec, SweepSpec, load_sweep
+from servebench.config import SLOSpec, SweepSpec, VariantSpec, load_sweep
 from servebench.defaults import DEFAULT_SWEEP, RELEASE_GATE_THRESHOLDS
 from servebench.errors import ReleaseGateFailed
 from servebench.evals.gate import NOT_JUDGED, gate_columns
 from servebench.notify.digest import fmt_verdict
 from servebench.plan import Plan, plan_spec
 from servebench.provision.interface import Provisioner
+from servebench.quantize.make import make_variant
 from servebench.settings import Settings, get_settings
 from servebench.trends.series import BY_COLUMN, metric_label
 from servebench.workloads import draw_prompt_seed
@@ -108,17 +109,21 @@ def gate_spec(params: ReleaseGateParams, settings: Settings | None = None) -> Sw
 
 def run_repetitions(spec: SweepSpec, params: ReleaseGateParams, run_id: str,
                     provisioner: Provisioner, settings: Settings | None = None,
-                    prompt_seed: int | None = None, try_number: int = 1) -> dict:
+                    prompt_seed: int | None = None, try_number: int = 1,
+                    launched: dict[str, VariantSpec] | None = None) -> dict:
     """Both variants, ``repetitions`` times, interleaved ABBA; {cells, evals} as rows (each
     cell with its ``repetition``). Within a repetition both meet the same prompts; each
     repetition draws its own (``prompt_seed``: the plan's, else one drawn here), and each try
-    of the measuring task (``try_number``, from 1) its own again."""
+    of the measuring task (``try_number``, from 1) its own again. ``launched``: the variants
+    as the plan launches them, by name (``Plan.variant_of``: a recipe's checkpoint)."""
     settings = settings or get_settings()
     prompt_seed = draw_prompt_seed(spec.load.prompt_seed) if prompt_seed is None \
         else prompt_seed
     target = spec.targets[0]
     base = next(v for v in target.variants if v.name == target.baseline)
     cand = next(v for v in target.variants if v.name != target.baseline)
+    if launched:
+        base, cand = launched[base.name], launched[cand.name]
     cells, evals = [], []
     for rep in range(params.repetitions):
         for variant in ((base, cand) if rep % 2 == 0 else (cand, base)):
@@ -163,9 +168,15 @@ def measure_gate(plan: Plan | dict, provisioned: dict, run_id: str,
     # the one host both variants share (a per-host kind's machine, held for the repetitions)
     with host_session(get_provisioner(kind), run_id, (provisioned or {}).get("kinds", {})
                       .get(kind), [target], settings, dag_id=dag_id) as provisioner:
+        # a recipe variant's checkpoint: made once (the cache's, where a run made it before)
+        launched = {unit.variant: plan.variant_of(unit) for unit in plan.units}
+        for variant in launched.values():
+            if variant.quantized is not None:
+                make_variant(spec, variant, settings)
         # every repetition's prompts from the plan's seed and this try (workloads.prompt_key)
         measured = run_repetitions(spec, params, run_id, provisioner, settings,
-                                   prompt_seed=plan.prompt_seed, try_number=try_number)
+                                   prompt_seed=plan.prompt_seed, try_number=try_number,
+                                   launched=launched)
 
     def plain(value):
         return None if isinstance(value, float) and math.isnan(value) else value

@@ -1,0 +1,70 @@
+"""Recipes made real (servebench.quantize): adder-3m quantized by llm-compressor in
+.venv-quant -- W4A16 by GPTQ on 64 sums of the golden set, W8A8 INT8 by round to nearest --
+through the pipeline's quantize step, once (a second step finds both in the cache), then each
+served by vLLM's CPU build through the bench step (pipeline.bench_unit, as the nightly runs
+it): every cell ok, the golden set answered, the rows naming the base model and the recipe's
+hash, the launch naming the quantized checkpoint."""
+
+import json
+from pathlib import Path
+
+import pytest
+from servebench.config import parse_sweep
+from servebench.pipeline import bench_unit, quantize_recipes
+from servebench.plan import plan_spec
+from servebench.provision.local import LocalProvisioner
+from servebench.results.store import ResultStore
+from servebench.settings import PROJECT_ROOT, get_settings
+
+pytestmark = pytest.mark.integration
+
+BASE = "include/models/adder-3m"
+COMMON = {"model": BASE, "quant": "compressed-tensors", "max_num_seqs": 4,
+          "max_model_len": 512, "threads": 1}
+VARIANTS = [
+    {"name": "w4a16-gptq", **COMMON, "dtype": "bfloat16",  # the CPU build's W4A16 needs bf16
+     "recipe": {"scheme": "W4A16", "method": "gptq", "group_size": 128,
+                "calibration": {"dataset": "addition", "samples": 64, "seq_len": 16}}},
+    {"name": "w8a8-rtn", **COMMON, "dtype": "float32",
+     "recipe": {"scheme": "W8A8", "method": "rtn"}},
+]
+
+
+def test_recipes_are_made_once_and_served_by_vllms_cpu_build(tmp_path, local_sweep):
+    settings = get_settings().model_copy(update={
+        "cache": tmp_path / "cache", "results_uri": str(tmp_path / "data"),
+        "work_dir": tmp_path / "runs"})
+    if not (settings.quant_venv / "bin" / "python").exists():
+        pytest.fail(f"no quantization venv at {settings.quant_venv}: run `make quant`")
+    data = local_sweep([{"name": "adder-vllm", "stack": "vllm", "baseline": "w4a16-gptq",
+                         "golden_sets": ["addition"], "variants": VARIANTS}],
+                       input_tokens=32, output_tokens=8, num_requests=8, concurrency=2)
+    plan = plan_spec(parse_sweep(data, "quantized.yaml"), "quantized.yaml", settings=settings)
+    made = quantize_recipes(plan, "q1", settings)
+    assert sorted(made) == sorted(u.quantized.recipe_hash for u in plan.units)
+    assert all(m["seconds"] > 0 for m in made.values()), made
+    again = quantize_recipes(plan, "q1", settings)  # the cache has both: nothing is made
+    assert {m["seconds"] for m in again.values()} == {0.0}
+
+    store = ResultStore(settings.results_uri)
+    base_bytes = (PROJECT_ROOT / BASE / "model.safetensors").stat().st_size
+    formats = {"w4a16-gptq": "pack-quantized", "w8a8-rtn": "int-quantized"}
+    for unit in plan.units:
+        checkpoint = Path(unit.quantized.path)
+        config = json.loads((checkpoint / "config.json").read_text())
+        assert config["quantization_config"]["format"] == formats[unit.variant]
+        assert (checkpoint / "model.safetensors").stat().st_size < base_bytes
+        assert (checkpoint / "recipe.yaml").is_file() and (checkpoint / "quantize.log").is_file()
+
+        provisioner = LocalProvisioner(tmp_path / "state", settings)
+        summary = bench_unit(plan, unit, provisioner, "q1", settings, store)
+        assert summary["ok"] == summary["cells"] == 1, summary
+        rows = store.read_scratch("q1")[unit.unit_id]
+        [cell] = rows["cells"].to_pylist()
+        assert cell["status"] == "ok", cell["reason"]
+        assert cell["model"] == BASE and cell["recipe_hash"] == unit.quantized.recipe_hash
+        assert str(checkpoint) in json.loads(cell["launch_args"])
+        evals = rows["evals"].to_pylist()
+        assert len(evals) == 200
+        right = sum(bool(e["correct"]) for e in evals)
+        assert right >= 190, f"{unit.variant}: {right}/200 sums right"  # f32: 200/200
