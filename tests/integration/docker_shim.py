@@ -125,14 +125,20 @@ def supervise(name: str, argv: list[str]) -> int:
 
 def inspect(args: list[str]) -> int:
     """``docker inspect --format '{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}'
-    NAME``, the one format the provisioner asks."""
+    NAME`` and ``--format '{{.State.Pid}}'`` (the container's process on the host, 0 once it
+    has exited: the supervisor, whose child the entrypoint is), the formats the provisioner
+    asks."""
     name, fmt = args[-1], args[args.index("--format") + 1]
-    if fmt != "{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}":
+    if fmt not in ("{{.State.Status}} {{.State.ExitCode}} {{.State.OOMKilled}}",
+                   "{{.State.Pid}}"):
         sys.exit(f"docker shim: inspect format {fmt!r} not understood")
     if not (STATE / f"{name}.pid").exists():
         print(f"Error: No such object: {name}", file=sys.stderr)
         return 1
     exit_file = STATE / f"{name}.exit"
+    if fmt == "{{.State.Pid}}":
+        print(0 if exit_file.exists() else (STATE / f"{name}.pid").read_text().strip())
+        return 0
     print(f"exited {exit_file.read_text().strip()} false" if exit_file.exists()
           else "running 0 false")
     return 0

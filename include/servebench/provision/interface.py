@@ -19,6 +19,9 @@ each target), through this interface only:
   ``stop(endpoint)`` -- per variant, in the bench task; ``stop`` runs in every path;
 - ``hardware(target)``, ``engine_version(adapter, endpoint)`` -- what the cells record as the
   hardware and engine version they ran on;
+- ``memory(endpoint)``, ``server_log(endpoint)`` -- before ``stop``: the serving processes'
+  peak memory since launch (``servebench.memory``), and the server's log, where the engine
+  reports its weights and KV cache;
 - ``teardown()`` -- the teardown task, which runs even when bench tasks fail: everything the
   run still holds is stopped or terminated, and named; then ``paid_hosts()``, what the run
   paid for and from when to when;
@@ -44,6 +47,7 @@ import httpx
 
 from servebench.endpoint import Endpoint
 from servebench.errors import LaunchError, TeardownError
+from servebench.memory import MemorySample
 
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
@@ -134,6 +138,17 @@ class Provisioner(ABC):
     @abstractmethod
     def stop(self, endpoint: Endpoint) -> None:
         """Done with ``endpoint`` (a launched server is stopped; a static one is left)."""
+
+    def memory(self, endpoint: Endpoint) -> MemorySample:
+        """The peak memory of ``endpoint``'s serving processes from launch to now (asked
+        before ``stop``): resident memory, and device memory on a GPU; each None with why
+        where this provisioner cannot measure it."""
+        return MemorySample.unmeasured(f"not measured by the {self.kind} provisioner")
+
+    def server_log(self, endpoint: Endpoint) -> str | None:
+        """``endpoint``'s server's log as far as it has written it (None: this provisioner
+        cannot read it), for what the engine reports there of its memory."""
+        return None
 
     @abstractmethod
     def hardware(self, target: TargetSpec) -> str:

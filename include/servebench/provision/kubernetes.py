@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from servebench.config import KubernetesProvision
 from servebench.endpoint import Endpoint
 from servebench.hub import gated_model_problems, hub_cache_dir
+from servebench.memory import MemorySample
 from servebench.provenance import gpus_from_node_labels
 from servebench.provision.interface import (
     LaunchError,
@@ -290,6 +291,27 @@ class KubernetesProvisioner(Provisioner):
             return None
         spec, obj = self._launched[endpoint.name]
         return self._pod_ended(self._api(spec), spec.namespace, obj)
+
+    def memory(self, endpoint: Endpoint) -> MemorySample:
+        return MemorySample.unmeasured(
+            "not sampled on kubernetes: the pod's processes run on a node this worker cannot "
+            "read, and the metrics API's figure is a window's average, not a peak")
+
+    def server_log(self, endpoint: Endpoint) -> str | None:
+        """The pod's log from its start, its first 1 MB (where the engine reported its
+        weights and KV cache)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if endpoint.name not in self._launched:
+            return None
+        spec, obj = self._launched[endpoint.name]
+        try:
+            return self._api(spec).read_namespaced_pod_log(obj, spec.namespace,
+                                                           limit_bytes=1 << 20)
+        except ApiException as exc:
+            log.warning("%s: pod %s/%s's log cannot be read (%s %s)", endpoint.name,
+                        spec.namespace, obj, exc.status, exc.reason)
+            return None
 
     def stop(self, endpoint: Endpoint) -> None:
         if endpoint.name in self._launched:

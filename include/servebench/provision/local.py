@@ -4,6 +4,8 @@ subprocesses on the worker that runs the bench task.
 Every server is started in its own session (process group) and recorded in a pid file under
 the run's state folder, so the teardown task -- a different process, maybe a different try --
 can stop whatever a crashed task left behind. ``reap`` (``teardown``) is that teardown.
+From its start to its stop, each server's process tree is sampled for its peak memory
+(``servebench.memory.TreeSampler``; ``memory``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import httpx
 
 from servebench.endpoint import Endpoint
 from servebench.errors import ServerLaunchError
+from servebench.memory import MemorySample, TreeSampler
 from servebench.provenance import hardware, local_gpus
 from servebench.provision.interface import (
     LaunchError,
@@ -79,6 +82,7 @@ class LocalProvisioner(Provisioner):
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self.settings = settings or get_settings()
         self._procs: dict[int, subprocess.Popen] = {}  # servers this process started, by pid
+        self._memory: dict[int, TreeSampler] = {}  # their memory, sampled until stopped
 
     # -- the Provisioner interface ----------------------------------------------------------
     @staticmethod
@@ -161,6 +165,7 @@ class LocalProvisioner(Provisioner):
         )
         server = RunningServer(name, proc.pid, f"http://{host}:{port}", log_path)
         self._procs[proc.pid] = proc
+        self._memory[proc.pid] = TreeSampler(proc.pid).start()  # loading counts too
         try:
             self._wait_healthy(proc, server, health_path, timeout_s)
         except BaseException:
@@ -203,7 +208,26 @@ class LocalProvisioner(Provisioner):
     def _log_path(self, name: str) -> Path:
         return self.state_dir / f"{name}.log"
 
+    def memory(self, endpoint: Endpoint) -> MemorySample:
+        """The server's process tree's peak since it was started (``TreeSampler``)."""
+        sampler = self._memory.get(endpoint.pid)
+        if sampler is None:
+            return MemorySample.unmeasured("not sampled: the server was started by another "
+                                           "process")
+        return sampler.peak()
+
+    def server_log(self, endpoint: Endpoint) -> str | None:
+        """The server's log file (a retried unit's server appends to its predecessor's:
+        readers take the last report in it)."""
+        try:
+            return self._log_path(endpoint.name).read_text(errors="replace")
+        except OSError:
+            return None
+
     def stop(self, server: RunningServer | Endpoint, grace_s: float = 10.0) -> None:
+        sampler = self._memory.pop(server.pid, None)
+        if sampler is not None:
+            sampler.stop()
         _terminate_group(server.pid, grace_s)
         proc = self._procs.pop(server.pid, None)
         if proc is not None:

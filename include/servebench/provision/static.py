@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from servebench.config import HOSTED_STACKS, StaticProvision
 from servebench.endpoint import Endpoint, connection, locate
+from servebench.memory import MemorySample
 from servebench.provision.interface import (
     LaunchError,
     Provisioner,
@@ -98,6 +99,12 @@ class StaticProvisioner(Provisioner):
     def stop(self, endpoint: Endpoint) -> None:
         log.info("%s: done with static endpoint %s (left running)", endpoint.name,
                  endpoint.base_url)
+
+    def memory(self, endpoint: Endpoint) -> MemorySample:
+        """Someone else's server: what the engine reports of itself (its ``/metrics``,
+        ``/props``) is all there is."""
+        return MemorySample.unmeasured("not ours to measure: a static endpoint's processes "
+                                       "run elsewhere")
 
     def hardware(self, target: TargetSpec) -> str:
         spec = target.provision

@@ -294,3 +294,59 @@ def test_the_instance_store_is_set_up_first_and_only_where_asked(tmp_path):
     off = load_sweep(_sweep(tmp_path, {**EC2, "instance_store": False}))
     assert not any("mkfs" in line for line in render_script(
         launch, off.targets[0].provision, hub_cache="/nowhere"))
+
+
+def test_the_instances_memory_sampler_keeps_the_containers_peak(tmp_path):
+    """The launch script's sampler, run by bash as on the instance against a real process tree
+    (a parent holding 40 MiB, its child 80 MiB) and an nvidia-smi of two GPUs: it keeps the
+    tree's Pss and the GPUs' memory in use, and ends with the container."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from servebench.memory import MIB
+    from servebench.provision.ec2.script import (
+        MEMORY_PEAK,
+        MEMORY_SAMPLER,
+        ROOT_PID,
+        memory_sampler_lines,
+        sampled_memory,
+    )
+
+    spec = load_sweep(_sweep(tmp_path, EC2))
+    launch = get_stack("vllm").container_launch(spec.targets[0].variants[0], port=8000,
+                                                settings=get_settings())
+    lines = render_script(launch, spec.targets[0].provision, hub_cache="/nowhere")
+    started = lines.index(memory_sampler_lines()[-1])
+    assert lines[started + 1].startswith("docker run")  # waiting for the container it samples
+    tree = subprocess.Popen([sys.executable, "-c", (
+        "import subprocess, sys, time\nheld = bytearray(40 << 20)\n"
+        "subprocess.Popen([sys.executable, '-c', 'import time; b = bytearray(80 << 20); "
+        "print(1, flush=True); time.sleep(600)'], stdout=sys.stdout)\ntime.sleep(600)")],
+        stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert tree.stdout.readline().strip() == "1"
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "nvidia-smi").write_text("#!/bin/sh\necho 1000; echo 2000\n")
+    (tmp_path / "bin" / "nvidia-smi").chmod(0o755)
+    peak = tmp_path / "peak"
+    sampler = MEMORY_SAMPLER.replace(ROOT_PID, f"echo {tree.pid}").replace(
+        MEMORY_PEAK, str(peak)).replace("sleep 1\ndone", "sleep 0.2\ndone")
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+    run = subprocess.Popen(["bash", "-c", sampler], env=env)
+    try:
+        deadline = time.monotonic() + 30
+        while not (peak.exists() and int(peak.read_text().split()[2]) >= 3):
+            assert time.monotonic() < deadline, "the sampler wrote no peak"
+            time.sleep(0.1)
+        got = sampled_memory(peak.read_text())
+    finally:
+        os.killpg(tree.pid, signal.SIGKILL)
+        tree.wait()
+    assert run.wait(timeout=10) == 0  # it ends with the container's processes
+    assert 120 * MIB <= got.peak_rss_bytes <= 160 * MIB, got
+    assert got.peak_device_memory_bytes == 3000 * MIB
+    assert "Pss summed every 1 s" in got.peak_rss_source
+    assert sampled_memory("").peak_rss_bytes is None
+    assert sampled_memory("4 - 2").peak_device_memory_source == "no nvidia-smi on the instance"

@@ -14,6 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from servebench.endpoint import Endpoint
 from servebench.errors import TeardownError
 from servebench.hub import hub_cache_dir
+from servebench.memory import MemorySample
 from servebench.provenance import describe_gpus
 from servebench.provision.ec2.aws import aws_clients, ec2_spec
 from servebench.provision.ec2.checks import account_problems, variant_problems
@@ -32,7 +33,9 @@ from servebench.provision.ec2.script import (
     DIGEST_MARK,
     GPU_MARK,
     INSTANCE_STORE_MARK,
+    MEMORY_PEAK,
     render_script,
+    sampled_memory,
     script_marks,
 )
 from servebench.provision.interface import (
@@ -220,6 +223,34 @@ class Ec2Provisioner(Provisioner):
         except LaunchError:
             log.exception("%s: removing the container failed (the instance is terminated "
                           "at teardown all the same)", endpoint.name)
+
+    def _ask(self, endpoint: Endpoint, line: str, comment: str) -> str | None:
+        """One shell line run on ``endpoint``'s instance, its output (None: no instance,
+        or SSM could not run it, logged)."""
+        facts = self.state.get(self._targets.get(endpoint.name, ""))
+        if not facts or "instance_id" not in facts:
+            return None
+        _, ssm = self._clients(facts)
+        try:
+            return run_command(ssm, facts["instance_id"], [line], comment,
+                               time.monotonic() + 60)
+        except LaunchError as exc:
+            log.warning("%s: %s on %s failed: %s", endpoint.name, comment,
+                        facts["instance_id"], exc)
+            return None
+
+    def memory(self, endpoint: Endpoint) -> MemorySample:
+        """What the launch script's sampler kept of the container's peak (``script``)."""
+        text = self._ask(endpoint, f"cat {MEMORY_PEAK} 2>/dev/null || true",
+                         "servebench memory")
+        return MemorySample.unmeasured("SSM could not reach the instance") if text is None \
+            else sampled_memory(text)
+
+    def server_log(self, endpoint: Endpoint) -> str | None:
+        """The container's log from its start, its first 20 kB (SSM returns at most 24,000
+        characters): the engines report their weights and KV cache as they start."""
+        return self._ask(endpoint, f"docker logs {CONTAINER} 2>&1 | head -c 20000 || true",
+                         "servebench log")
 
     def hardware(self, target: TargetSpec) -> str:
         """The placement's the instance was launched in (a fallback is other hardware)."""

@@ -1,13 +1,15 @@
 """The shell script SSM runs on an instance for each variant: the instance store put to use
 (the first time), the previous variant's container and images removed, the image pulled, the
-container started; and the marks it prints for the launch to read (the image's digest, the
-instance's GPUs and CUDA version, the instance store's device)."""
+container started, its memory sampled until it ends; and the marks it prints for the launch
+to read (the image's digest, the instance's GPUs and CUDA version, the instance store's
+device)."""
 
 from __future__ import annotations
 
 import shlex
 from typing import TYPE_CHECKING
 
+from servebench.memory import MIB, MemorySample
 from servebench.provenance import GPU_QUERY
 
 if TYPE_CHECKING:
@@ -25,6 +27,39 @@ CUDA_MARK = "servebench-cuda:"  # the CUDA version its driver reports
 INSTANCE_STORE_MODEL = "Amazon EC2 NVMe Instance Storage"
 INSTANCE_STORE = "/opt/servebench/instance-store"
 INSTANCE_STORE_MARK = "servebench-instance-store:"  # the device the script put it on
+# the container's peak memory, kept by MEMORY_SAMPLER: "<Pss KiB> <GPU MiB or -> <samples>"
+MEMORY_DIR = "/opt/servebench/memory"
+MEMORY_PEAK = f"{MEMORY_DIR}/peak"
+MEMORY_INTERVAL_S = 1
+ROOT_PID = f"docker inspect --format '{{{{.State.Pid}}}}' {CONTAINER}"
+# started before the container (the script's last line), it waits up to 2 min for it; then the
+# container's process tree (its init, ``docker inspect``'s State.Pid on the host, and every
+# descendant) summed every MEMORY_INTERVAL_S as servebench.memory sums a local server's
+# (Pss: shared pages once), with the instance's GPU memory in use (the container alone runs
+# there), the peaks rewritten to MEMORY_PEAK after each sample; it ends with the container
+MEMORY_SAMPLER = f"""for _ in $(seq 120); do
+  root="$({ROOT_PID} 2>/dev/null || true)"
+  case "$root" in ''|0) sleep 1 ;; *) break ;; esac
+done
+case "$root" in ''|0) exit 0 ;; esac
+rss=0; gpu=-; n=0
+while [ -d "/proc/$root" ]; do
+  now=0
+  for p in $(ps -e -o pid=,ppid= | awk -v r="$root" '{{up[$1] = $2}} END {{for (k in up)
+      {{x = k; while (x != r && (x in up) && x + 0 > 1) x = up[x]; if (x == r) print k}}}}'); do
+    kib="$(awk '/^Pss:/ {{print $2}}' "/proc/$p/smaps_rollup" 2>/dev/null || true)"
+    now=$((now + ${{kib:-0}}))
+  done
+  [ "$now" -gt "$rss" ] && rss=$now
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    mib="$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null \\
+      | awk '{{s += $1}} END {{print s + 0}}')"
+    if [ "$gpu" = - ] || [ "${{mib:-0}}" -gt "$gpu" ]; then gpu=${{mib:-0}}; fi
+  fi
+  n=$((n + 1))
+  echo "$rss $gpu $n" > {MEMORY_PEAK}.tmp && mv {MEMORY_PEAK}.tmp {MEMORY_PEAK}
+  sleep {MEMORY_INTERVAL_S}
+done"""
 
 
 def instance_store_lines(model_cache: str) -> list[str]:
@@ -112,8 +147,31 @@ def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str
     lines += [f"docker pull {q(launch.image)}", f'echo {DIGEST_MARK} "$({digest})"',
               # the instance's own GPUs, for the cells' provenance (not the worker's)
               f'echo {GPU_MARK} "$({gpus})"', f'echo {CUDA_MARK} "$({cuda})"',
-              shlex.join(args)]
+              *memory_sampler_lines(), shlex.join(args)]
     return lines
+
+
+def memory_sampler_lines(sampler: str = MEMORY_SAMPLER) -> list[str]:
+    """Shell lines that start ``sampler`` (MEMORY_SAMPLER) in the background, detached from
+    the SSM command (which returns while it runs), the previous variant's peak removed."""
+    return [f"mkdir -p {MEMORY_DIR}", f"rm -f {MEMORY_PEAK}",
+            f"cat > {MEMORY_DIR}/sample.sh <<'SERVEBENCH_EOF'", sampler, "SERVEBENCH_EOF",
+            f"nohup setsid bash {MEMORY_DIR}/sample.sh </dev/null >/dev/null 2>&1 &"]
+
+
+def sampled_memory(text: str) -> MemorySample:
+    """The sampler's peaks (MEMORY_PEAK's line) as a unit's memory; each None with why."""
+    fields = text.split()
+    if len(fields) != 3 or not fields[0].isdigit():
+        return MemorySample.unmeasured("the instance kept no memory sample of the container "
+                                       f"({MEMORY_PEAK}: {text.strip()[:200] or 'empty'})")
+    rss_kib, gpu_mib, samples = fields
+    how = f"every {MEMORY_INTERVAL_S} s on the instance from the container's start, {samples} " \
+          "samples"
+    device = (int(gpu_mib) * MIB, f"nvidia-smi memory.used, the instance's GPUs, {how}") \
+        if gpu_mib.isdigit() else (None, "no nvidia-smi on the instance")
+    return MemorySample(int(rss_kib) * 1024,
+                        f"the container's process tree, Pss summed {how}", *device)
 
 
 def script_marks(output: str) -> dict[str, str]:
