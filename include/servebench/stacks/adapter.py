@@ -9,6 +9,7 @@ an exact output length. Adding a stack is one new module that registers itself.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -18,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 from servebench.config import SamplingSpec, VariantSpec
 from servebench.endpoint import Endpoint
 from servebench.hub import hub_cache_dir
+from servebench.memory import EngineMemory
 from servebench.settings import Settings
 from servebench.tokenize import TokenizeApi
 
@@ -174,6 +176,13 @@ class StackAdapter(ABC):
         """What this stack cannot guarantee for ``variant`` under ``sampling`` that bears on
         comparing its cells; recorded with each cell (``engine_notes``)."""
         return []
+
+    def engine_memory(self, variant: VariantSpec, get: Callable[[str], str | None],
+                      log: str | None) -> EngineMemory:
+        """What the engine reports of its weights and its KV cache's capacity in tokens:
+        from ``get(path)`` (the running server's answer to a GET, None where it gave none)
+        and its ``log`` (None: not readable). Where it reports nothing, the reason."""
+        return EngineMemory(kv_cache_source=f"{self.engine} reports no KV-cache capacity")
 
     def served_version(self, payload: dict) -> str | None:
         """The version in the answer to ``GET version_path`` (None: it names none)."""

@@ -7,13 +7,17 @@ output length is forced with ``ignore_eos``.
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 from servebench.config import (
     SamplingSpec,
     VariantSpec,
 )
+from servebench.memory import EngineMemory
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     ContainerLaunch,
@@ -30,6 +34,8 @@ GGUF_QUANTS = {
     "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m",
     "q4_k_s", "q4_0", "q4_1", "q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl",
 }
+# tools/server/server-context.cpp, as the model loads: the slots and each one's context
+SLOTS_LINE = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
 # llama.cpp's CUDA server image; the tag floats with each build, so pin it per variant
 # (``image: ghcr.io/ggml-org/llama.cpp:server-cuda-b<build>@sha256:...``)
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"
@@ -147,6 +153,14 @@ class LlamaCppStack(StackAdapter):
             "cache_prompt": variant.prefix_caching,
         }
 
+    def engine_memory(self, variant: VariantSpec, get: Callable[[str], str | None],
+                      log: str | None) -> EngineMemory:
+        """The KV cache's capacity: its slots' contexts as the log states them (a cache per
+        slot, or one shared by all with ``--kv-unified``), else ``/props``. Its weights: the
+        GGUF on disk (the log's buffer sizes are not printed at the default verbosity)."""
+        tokens, source = kv_capacity(log, get("/props"))
+        return EngineMemory(kv_cache_tokens=tokens, kv_cache_source=source)
+
     def served_version(self, payload: dict) -> str | None:
         build = payload.get("build_info")
         return str(build) if build else None
@@ -166,3 +180,27 @@ class LlamaCppStack(StackAdapter):
         if source.is_file():
             version += f"; from {source.read_text().strip()}"
         return version
+
+
+def kv_capacity(log: str | None, props: str | None) -> tuple[int | None, str]:
+    """(tokens, where from) of llama-server's KV cache: the last ``n_slots = N, n_ctx_slot =
+    C, kv_unified = 'U'`` line of its ``log`` (N x C tokens, or C when unified), else ``/props``'
+    ``default_generation_settings.n_ctx`` (a slot's) x ``total_slots``, which cannot tell a
+    unified cache; (None, why) without either."""
+    found = SLOTS_LINE.findall(log or "")
+    if found:
+        slots, ctx, unified = found[-1]
+        tokens = int(ctx) if unified == "true" else int(slots) * int(ctx)
+        return tokens, (f"llama-server's log: n_slots = {slots}, n_ctx_slot = {ctx}, "
+                        f"kv_unified = '{unified}'")
+    try:
+        answer = json.loads(props) if props else {}
+    except ValueError:  # not JSON
+        answer = {}
+    ctx = (answer.get("default_generation_settings") or {}).get("n_ctx") \
+        if isinstance(answer, dict) else None
+    slots = answer.get("total_slots") if isinstance(answer, dict) else None
+    if isinstance(ctx, int) and isinstance(slots, int):
+        return ctx * slots, (f"/props: n_ctx {ctx} a slot x total_slots {slots} (a cache per "
+                             "slot assumed: /props does not say kv_unified)")
+    return None, "llama-server stated no slot context (no n_ctx_slot in its log, no /props)"

@@ -6,12 +6,20 @@ loading, and requests must name it by the same path. The server rejects ``min_to
 is honoured, so exact output length is forced by making the end-of-sequence id one the model
 never emits at that point: the pad id. Sampling knobs that the OpenAI schema lacks (top_k,
 min_p, repetition_penalty) travel in the same ``generation_config``.
+
+Its paged cache is sized by the variant: as many 256-token pages as ``max_num_seqs`` sequences
+of ``max_model_len`` tokens fill (``--cb-num-blocks``), batches of at most that many tokens
+(``--cb-max-batch-tokens``). Left to itself, on a CPU it takes 90% of the machine's free memory
+for the cache and zero-fills it: 14.3 GB for the 3.6M-parameter local model, 0.48 GB capped
+(``servebench.memory``'s peak, 2026-12-04). A variant's ``extra_args`` may set either again.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 
@@ -19,6 +27,7 @@ from servebench.config import (
     SamplingSpec,
     VariantSpec,
 )
+from servebench.memory import EngineMemory
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     LaunchSpec,
@@ -28,6 +37,20 @@ from servebench.stacks.adapter import (
 )
 
 TORCH_DTYPES = {"float32", "bfloat16", "float16"}
+CB_PAGE_TOKENS = 256  # ContinuousBatchingConfig.page_size's default (5.24; --cb-block-size)
+
+
+def cache_args(variant: VariantSpec) -> list[str]:
+    """The paged cache's bounds: ``max_num_seqs`` x ``max_model_len`` tokens, in pages, and
+    no batch larger (the attention masks are sized by both)."""
+    tokens = variant.max_num_seqs * variant.max_model_len
+    return ["--cb-num-blocks", str(math.ceil(tokens / CB_PAGE_TOKENS)),
+            "--cb-max-batch-tokens", str(tokens)]
+
+
+def _last(args: list[str], flag: str) -> str | None:
+    values = [args[i + 1] for i, a in enumerate(args[:-1]) if a == flag]
+    return values[-1] if values else None
 
 
 @lru_cache(maxsize=32)
@@ -101,6 +124,7 @@ class TransformersServeStack(StackAdapter):
             "--host", host,
             "--port", str(port),
             "--log-level", "warning",
+            *cache_args(variant),
             *variant.extra_args,
         ]
         env = {"TOKENIZERS_PARALLELISM": "false"}
@@ -108,6 +132,20 @@ class TransformersServeStack(StackAdapter):
             env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(variant.threads)
         return LaunchSpec(argv=argv, served_model=model, metrics_path=self.metrics_path,
                           env=env)
+
+    def engine_memory(self, variant: VariantSpec, get: Callable[[str], str | None],
+                      log: str | None) -> EngineMemory:
+        """transformers serve reports no capacity (its cache's size is logged below the
+        warning level it runs at, and in sectors): the capacity the launch configured."""
+        args = [*cache_args(variant), *variant.extra_args]
+        blocks, page = _last(args, "--cb-num-blocks"), _last(args, "--cb-block-size")
+        if blocks is None or not blocks.isdigit() or not (page or "0").isdigit():
+            return EngineMemory(kv_cache_source="transformers serve reports no KV-cache "
+                                                "capacity, and none was configured")
+        page = page or str(CB_PAGE_TOKENS)
+        return EngineMemory(kv_cache_tokens=int(blocks) * int(page),
+                            kv_cache_source=f"configured, not reported: --cb-num-blocks "
+                                            f"{blocks} x {page}-token pages")
 
     def chat_body(
         self,

