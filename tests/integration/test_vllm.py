@@ -4,6 +4,7 @@ nightly DAG test measures its cells (exact lengths, prefix cache on and off, tel
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -166,6 +167,16 @@ def test_a_vllm_killed_mid_cell_fails_its_cells_with_the_signal(tmp_path, local_
     assert second["reason"].startswith("the server had died: adder-vllm--f32 killed by SIGKILL")
     assert result.evals == [] and all(c.get("accuracy") is None for c in result.cells)
     assert not list(tmp_path.glob("*.server.json"))
+    # what it held, measured though it died (bench.memory): its log states its KV cache (its
+    # /metrics went with it), the checkpoint on disk its weights, and its process tree (API
+    # server, engine core, worker: children of the one launched) peaked above a GB
+    unit = result.unit
+    assert unit["kv_cache_source"].startswith("vLLM's log: CPU KV cache size: ")
+    assert unit["kv_cache_tokens"] >= 4 * 512  # the variant's sequences fit
+    assert unit["weights_bytes"] == 7152200  # include/models/adder-3m/model.safetensors
+    assert unit["peak_rss_bytes"] > 1e9, unit["peak_rss_source"]
+    assert int(re.search(r"at its peak (\d+) process", unit["peak_rss_source"])[1]) >= 3
+    assert {c["peak_rss_bytes"] for c in result.cells} == {unit["peak_rss_bytes"]}
     # the engine's own processes (API server, engine core) went with it: one process group
     argv = json.loads(first["launch_args"])
     port = argv[argv.index("--port") + 1]

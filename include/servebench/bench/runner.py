@@ -18,6 +18,7 @@ import httpx
 
 from servebench.bench.cell import CellMeasurer
 from servebench.bench.golden import run_golden
+from servebench.bench.memory import cell_memory, unit_memory
 from servebench.bench.rows import UnitRows, VariantResult
 from servebench.bench.slo import search_slo
 from servebench.config import SweepSpec, TargetSpec, VariantSpec
@@ -125,9 +126,15 @@ class VariantRunner:
         try:
             self._run_on(endpoint)
         finally:
-            t_stop = time.monotonic()
-            self.provisioner.stop(endpoint)
-            unit.update(stop_s=time.monotonic() - t_stop, ended_at=dt.datetime.now(dt.UTC))
+            try:  # what it held, asked while it still runs (bench.memory)
+                unit.update(unit_memory(self.provisioner, self.adapter, endpoint,
+                                        self.variant, self.settings))
+            finally:
+                t_stop = time.monotonic()
+                self.provisioner.stop(endpoint)
+                unit.update(stop_s=time.monotonic() - t_stop, ended_at=dt.datetime.now(dt.UTC))
+        for row in self.result.cells:
+            row.update(cell_memory(unit))
         return self.result
 
     def _server_died(self) -> str | None:

@@ -196,6 +196,12 @@ CELLS = pa.schema(
         _f("preemptions", _F64),
         _f("spec_acceptance_rate", _F64),  # accepted / proposed draft tokens
         _f("telemetry_samples", _I32),
+        # its unit's memory, the same in each of the unit's cells (bench.memory; the units
+        # row says where each figure came from, or why it is null)
+        _f("weights_bytes", _I64),
+        _f("kv_cache_tokens", _I64),
+        _f("peak_rss_bytes", _I64),
+        _f("peak_device_memory_bytes", _I64),
         _f("client_send_lag_ms_p99", _F64),  # the client's own lag: proof it kept up
         _f("client_loop_lag_ms_p99", _F64),
         _f("client_loop_lag_ms_p95", _F64),  # the statistic client_saturated decides on
@@ -306,6 +312,16 @@ UNITS = pa.schema(
         _f("golden_s", _F64),
         _f("stop_s", _F64),
         _f("golden_failures", _STR),  # golden sets that failed on the variant, with why
+        # what it held (servebench.memory): each figure with where it came from, or, where
+        # it is null, why
+        _f("weights_bytes", _I64),  # the engine's report, else the model files on disk
+        _f("weights_source", _STR),
+        _f("kv_cache_tokens", _I64),  # the KV cache's capacity as the engine reports it
+        _f("kv_cache_source", _STR),
+        _f("peak_rss_bytes", _I64),  # launch to stop: the process tree's resident memory
+        _f("peak_rss_source", _STR),
+        _f("peak_device_memory_bytes", _I64),  # GPU memory in use at its peak
+        _f("peak_device_memory_source", _STR),
     ]
 )
 

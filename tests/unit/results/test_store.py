@@ -149,3 +149,30 @@ def test_create_text_writes_only_where_nothing_is(store, tmp_path):
     assert store.create_text("failures/r/posted.json", "first") is True
     assert store.create_text("failures/r/posted.json", "second") is False
     assert (tmp_path / "data" / "failures" / "r" / "posted.json").read_text() == "first"
+
+
+def test_a_run_stored_before_the_memory_columns_still_reads(store, tmp_path):
+    """Units and cells files written without the memory columns (every run before them) read
+    with those columns null, beside a run that has them."""
+    from servebench.bench.memory import CELL_COLUMNS
+
+    units = [dict(run_id=AIRFLOW_ID, run_date=D1, unit_id="t--q4", target="t", variant="q4")]
+    store.publish(AIRFLOW_ID, D1, {**run_tables(AIRFLOW_ID, D1),
+                                   "units": rows_to_table("units", units)})
+    enc = encode_run_id(AIRFLOW_ID)
+    memory = [*CELL_COLUMNS, "weights_source", "kv_cache_source", "peak_rss_source",
+              "peak_device_memory_source"]
+    for table in ("units", "cells"):  # as an older release wrote them
+        path = tmp_path / "data" / table / "date=2025-03-01" / f"run_id={enc}" / "part-0.parquet"
+        old = pq.read_table(path)
+        pq.write_table(old.drop_columns([c for c in memory if c in old.column_names]), path)
+        assert "peak_rss_bytes" not in pq.read_schema(path).names
+    newer = "manual__2025-03-02"
+    store.publish(newer, D2, {**run_tables(newer, D2), "units": rows_to_table("units", [
+        {**units[0], "run_id": newer, "run_date": D2, "peak_rss_bytes": 483_000_000,
+         "peak_rss_source": "sampled"}])})
+    read = store.read_table("units").to_pandas().set_index("run_id")
+    assert read["peak_rss_bytes"].isna()[AIRFLOW_ID]
+    assert read.loc[newer, "peak_rss_bytes"] == 483_000_000
+    cells = store.read_table("cells", run_ids=[AIRFLOW_ID])
+    assert cells.column("kv_cache_tokens").null_count == cells.num_rows == 2
