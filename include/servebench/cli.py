@@ -18,7 +18,7 @@ from rich.table import Table
 
 from servebench.defaults import NIGHTLY_DAG_ID
 from servebench.errors import SpecError
-from servebench.notify.digest import fmt_num, gate_lines, summary_table
+from servebench.notify.digest import fmt_num, gate_lines, memory_lines, summary_table
 from servebench.settings import get_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -64,6 +64,11 @@ def _summary(run_id: str | None, require_ok: bool) -> int:
     if gates:
         print("\nquality gate (golden set, same endpoint and sampling):")
         for line in gates:
+            print("  " + line)
+    memory = memory_lines(cells)
+    if memory:
+        print("\nmemory (weights, KV-cache capacity, peak memory from launch to stop):")
+        for line in memory:
             print("  " + line)
     print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
     print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals, units, "

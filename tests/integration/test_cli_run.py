@@ -5,6 +5,7 @@ import pytest
 import yaml
 from servebench.cli import main
 from servebench.results.store import ResultStore
+from servebench.settings import PROJECT_ROOT
 
 pytestmark = pytest.mark.integration
 
@@ -34,6 +35,19 @@ def test_a_sweep_runs_end_to_end_from_the_terminal(local_sweep, tmp_path, monkey
     assert cell["status"] == "ok" and cell["accuracy"] is not None
     assert any(f.endswith(".md") for f in store.find("digests"))
     assert not list((tmp_path / "runs").rglob("*.server.json"))  # released
+    # what the unit held (bench.memory): the GGUF's bytes, llama-server's two 512-token
+    # slots as its log states them, its process's peak; stored, in its cell, and printed
+    [unit] = store.read_table("units").to_pylist()
+    gguf = PROJECT_ROOT / "build/models/adder-3m-f16.gguf"
+    assert unit["weights_bytes"] == gguf.stat().st_size
+    assert unit["weights_source"] == "the model files on disk (build/models/adder-3m-f16.gguf)"
+    assert unit["kv_cache_tokens"] == 1024
+    assert "n_slots = 2, n_ctx_slot = 512" in unit["kv_cache_source"]
+    assert 5e6 < unit["peak_rss_bytes"] < 1e9 and "Pss" in unit["peak_rss_source"]
+    assert unit["peak_device_memory_bytes"] is None and unit["peak_device_memory_source"]
+    assert (cell["weights_bytes"], cell["kv_cache_tokens"], cell["peak_rss_bytes"]) == (
+        unit["weights_bytes"], 1024, unit["peak_rss_bytes"])
+    assert "adder/f16: weights 7.16 MB, KV cache 1,024 tokens, peak memory " in out
     assert main(["run", str(tmp_path / "missing.yaml")]) == 2  # bad input: nothing started
 
 

@@ -173,3 +173,26 @@ def test_detect_attached_the_nights_alerts(published):
     _, store, _ = published
     alerts = store.read_table("regressions").to_pandas()
     assert alerts[["kind", "variant"]].values.tolist() == [["gate_failure", "q2_k"]]
+
+
+def test_each_unit_stores_what_it_held(published):
+    """Weights, KV capacity and peak memory for every variant of the three stacks, each with
+    its source; transformers serve within its cache cap; the digest's memory lines and the
+    lever table's memory columns."""
+    _, store, _ = published
+    units = store.read_table("units").to_pandas().set_index("unit_id")
+    assert len(units) == 8
+    for column, source in (("weights_bytes", "weights_source"),
+                           ("kv_cache_tokens", "kv_cache_source"),
+                           ("peak_rss_bytes", "peak_rss_source")):
+        assert units[column].notna().all() and units[source].notna().all(), units[column]
+    assert units["peak_device_memory_bytes"].isna().all()  # a CPU host
+    assert units.loc["adder-llamacpp--q4_k_m", "weights_bytes"] < \
+        units.loc["adder-llamacpp--f16", "weights_bytes"]
+    assert units.loc["adder-vllm--f32", "kv_cache_source"].startswith("/metrics: ")
+    # capped at 4 x 512 tokens, it holds under 1.5 GB (14.3 GB before the cap)
+    assert units.loc["adder-transformers--f32", "kv_cache_tokens"] == 2048
+    assert units.loc["adder-transformers--f32", "peak_rss_bytes"] < 1.5e9
+    text = Path(next(f for f in store.find("digests") if f.endswith(".md"))).read_text()
+    assert "## Memory" in text and "adder-llamacpp/q4_k_m: weights " in text
+    assert "peak memory" in text.split("## What each variant buys")[1]  # a lever column

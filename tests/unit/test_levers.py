@@ -75,3 +75,38 @@ def test_the_engine_telemetry_that_differs_from_the_baseline_is_said_beside_the_
     [row] = lever_rows(cells, requests)
     table = lever_table([row])
     assert "engine vs baseline" in table and "queued peak 3 vs 0" in table
+
+
+def test_a_quantized_variants_case_reads_memory_kv_capacity_tpot_and_accuracy():
+    """"x% less memory, y% more KV capacity, this TPOT, this accuracy": the unit's figures
+    (the same in each of its cells) against its baseline's, beside the speed levers."""
+    from servebench.notify.digest import memory_lines
+
+    base_mem = {"weights_bytes": 14_300_000, "kv_cache_tokens": 131072,
+                "peak_rss_bytes": 2_000_000_000}
+    q4_mem = {"weights_bytes": 2_100_000, "kv_cache_tokens": 262144,
+              "peak_rss_bytes": 1_240_000_000}
+    requests = pd.DataFrame(_requests("t/f16/w/c1", 20, 4) + _requests("t/q4/w/c1", 20, 3))
+    cells = pd.DataFrame([{**_cell("f16", 20, 4.0, 9.0, 0.97, "baseline"), **base_mem},
+                          {**_cell("q4", 20, 3.0, 9.0, 0.95, "pass"), **q4_mem}])
+    [row] = lever_rows(cells, requests)
+    assert row["memory_pct"] == pytest.approx(-38.0) and row["memory_basis"] == "rss"
+    assert row["kv_cache_pct"] == pytest.approx(100.0)
+    table = lever_table([row])
+    assert "peak memory" in table and "-38.0% RSS" in table and "+100.0%" in table
+    assert "-25.0%" in table and "-2.0 pts" in table  # its TPOT p50 and its accuracy
+    lines = memory_lines(cells)
+    assert lines[0] == "t/f16: weights 14.3 MB, KV cache 131,072 tokens, peak memory 2.00 GB"
+    assert lines[1] == ("t/q4: weights 2.10 MB, KV cache 262,144 tokens, peak memory 1.24 GB; "
+                        "vs f16: 38% less memory, 100% more KV capacity")
+    # GPU memory where both units have it; nothing at all where neither was measured
+    gpu = {**q4_mem, "peak_device_memory_bytes": 30e9}
+    from servebench.levers import memory_change
+
+    assert memory_change(gpu, {**base_mem, "peak_device_memory_bytes": 40e9}) == {
+        "memory_pct": pytest.approx(-25.0), "memory_basis": "gpu",
+        "kv_cache_pct": pytest.approx(100.0)}
+    assert memory_change({}, {"peak_rss_bytes": float("nan")})["memory_basis"] is None
+    older = cells.drop(columns=list(base_mem))  # a run from before memory was measured
+    assert memory_lines(older) == [] and "peak memory" not in lever_table(
+        lever_rows(older, requests))

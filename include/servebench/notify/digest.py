@@ -54,6 +54,26 @@ def fmt_text(v: Any) -> str:
     return MISSING if is_missing(v) or v == "" else str(v)
 
 
+def fmt_bytes(v: Any) -> str:
+    """``14.5 MB``, ``2.09 GB`` (decimal units, 3 significant digits)."""
+    if is_missing(v):
+        return MISSING
+    v = float(v)
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(v) >= size:
+            return f"{fmt_num(v / size)} {unit}"
+    return f"{v:.0f} B"
+
+
+def fmt_more_less(pct: Any, what: str) -> str:
+    """``38% less memory``, ``100% more KV capacity``, ``the same KV capacity``."""
+    if is_missing(pct):
+        return f"{what} {MISSING}"
+    if round(float(pct)) == 0:
+        return f"the same {what}"
+    return f"{abs(float(pct)):.0f}% {'more' if pct > 0 else 'less'} {what}"
+
+
 def fmt_errors(row: dict) -> str:
     n_err, n_req = row.get("n_errors"), row.get("n_requests")
     if is_missing(n_err):
@@ -182,6 +202,37 @@ def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
             shown = ", ".join(list(flipped)[:max_ids])
             more = len(flipped) - max_ids
             line += f"; flipped: {shown}" + (f" (+{more} more)" if more > 0 else "")
+        lines.append(line)
+    return lines
+
+
+def memory_lines(cells: pd.DataFrame) -> list[str]:
+    """One line per variant whose unit recorded its memory (bench.memory): its weights, KV
+    cache's capacity and peak memory, and what that is against its baseline variant's
+    (``levers.memory_change``)."""
+    from servebench.bench.memory import CELL_COLUMNS
+    from servebench.levers import memory_change
+
+    if cells.empty or not set(CELL_COLUMNS) & set(cells.columns):
+        return []
+    units = cells.drop_duplicates(["target", "variant"]).to_dict("records")
+    by_name = {(r["target"], r["variant"]): r for r in units}
+    lines = []
+    for r in units:
+        if all(is_missing(r.get(c)) for c in CELL_COLUMNS):
+            continue
+        kv = r.get("kv_cache_tokens")
+        line = (f"{r['target']}/{r['variant']}: weights {fmt_bytes(r.get('weights_bytes'))}, "
+                f"KV cache {MISSING if is_missing(kv) else f'{int(kv):,}'} tokens, peak "
+                f"memory {fmt_bytes(r.get('peak_rss_bytes'))}")
+        if not is_missing(r.get("peak_device_memory_bytes")):
+            line += f", GPU {fmt_bytes(r['peak_device_memory_bytes'])}"
+        base = by_name.get((r["target"], r.get("gate_baseline")))
+        if base is not None and base is not r:
+            change = memory_change(r, base)
+            line += (f"; vs {base['variant']}: "
+                     f"{fmt_more_less(change['memory_pct'], 'memory')}, "
+                     f"{fmt_more_less(change['kv_cache_pct'], 'KV capacity')}")
         lines.append(line)
     return lines
 
@@ -387,6 +438,15 @@ def lever_table(rows: list[dict], markdown: bool = True) -> str:
     return _render(lever_columns(rows), rows, markdown=markdown)
 
 
+# what a variant holds against its baseline (levers.memory_change): one measurement a unit
+MEMORY_LEVER_COLUMNS: list[Column] = [
+    ("peak memory", lambda r: MISSING if is_missing(r.get("memory_pct")) else
+     f"{r['memory_pct']:+.1f}% {fmt_text(r.get('memory_basis')).upper()}", True),
+    ("KV capacity", lambda r: MISSING if is_missing(r.get("kv_cache_pct")) else
+     f"{r['kv_cache_pct']:+.1f}%", True),
+]
+
+
 def lever_columns(rows: list[dict]) -> list[Column]:
     """The lever table's columns (an engine column where some variant's engine differs)."""
     from servebench.levers import LEVERS
@@ -396,6 +456,9 @@ def lever_columns(rows: list[dict]) -> list[Column]:
         ("workload", lambda r: fmt_text(r.get("workload")), False),
         ("load", lambda r: fmt_text(r.get("load_point")), False),
         *[(label, lambda r, k=key: fmt_change(r, k), True) for key, label in LEVERS],
+        *(MEMORY_LEVER_COLUMNS if any(not is_missing(r.get("memory_pct"))
+                                      or not is_missing(r.get("kv_cache_pct"))
+                                      for r in rows) else []),
         ("accuracy", lambda r: MISSING if is_missing(r.get("accuracy_delta_points"))
          else f"{r['accuracy_delta_points']:+.1f} pts", True),
         ("gate", lambda r: fmt_verdict(r.get("gate_verdict")), False),
@@ -455,6 +518,11 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         out += ["", "## What each variant buys (vs its baseline, same night)", "",
                 "_% change with a 95% bootstrap interval over the cells' requests; "
                 "lower is better for TTFT, TPOT and cost._", "", lever_table(levers)]
+    memory = memory_lines(cells)
+    if memory:
+        out += ["", "## Memory", "", "_Per variant: weights, the KV cache's capacity, the "
+                "serving processes' peak memory (launch to stop)._", ""]
+        out += [f"- {line}" for line in memory]
     capacity = slo_lines(cells)
     if capacity:
         out += ["", "## Load within SLO", "",

@@ -25,6 +25,7 @@ from servebench.notify.digest import (
     gate_lines,
     is_missing,
     lever_columns,
+    memory_lines,
     slo_lines,
 )
 
@@ -143,6 +144,11 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
         out.append("<h2>What each variant buys (vs its baseline, same night)</h2>")
         out.append("<p>% change with a 95% bootstrap interval over the cells' requests.</p>")
         out.append(_lever_table(levers))
+    memory = memory_lines(cells)
+    if memory:
+        out.append("<h2>Memory</h2><ul>")
+        out += [f"<li>{escape(line)}</li>" for line in memory]
+        out.append("</ul>")
     capacity = slo_lines(cells)
     if capacity:
         out.append("<h2>Load within SLO</h2><ul>")

@@ -4,7 +4,9 @@ workload, load point, hardware, metric), over the committed runs of one sweep, i
 Only ``ok`` cells enter a series (a night whose cell is invalid or failed has no value there;
 that cell is an alert of its own kind, ``newly_failing``). Accuracy is a property of the
 variant, not of a cell: its series is per (target, stack, variant, model file, hardware,
-golden set), with the golden-set size for binomial noise.
+golden set), with the golden-set size for binomial noise. So is memory (``UNIT_METRICS``: a
+unit's weights, KV-cache capacity and peak memory, copied into each of its cells): one value
+per (target, stack, variant, model file, hardware) and night, from its ok cells.
 """
 
 from __future__ import annotations
@@ -64,11 +66,19 @@ METRICS: tuple[Metric, ...] = (
     Metric("max_load_within_slo", "lower_is_worse", "load within SLO", fixed_load=False),
 )
 ACCURACY = Metric("accuracy", "lower_is_worse", "golden-set accuracy")
-BY_COLUMN = {m.column: m for m in (*METRICS, ACCURACY)}
+# a unit's memory (bench.memory), the same in each of its cells: a variant's series
+UNIT_METRICS: tuple[Metric, ...] = (
+    Metric("peak_rss_bytes", "higher_is_worse", "peak memory"),
+    Metric("peak_device_memory_bytes", "higher_is_worse", "peak GPU memory"),
+    Metric("weights_bytes", "higher_is_worse", "weights"),
+    Metric("kv_cache_tokens", "lower_is_worse", "KV-cache capacity"),
+)
+BY_COLUMN = {m.column: m for m in (*METRICS, ACCURACY, *UNIT_METRICS)}
 
 CELL_KEY = ("target", "stack", "variant", "model_file_sha256", "workload", "load_point",
             "hardware")
 VARIANT_KEY = ("target", "stack", "variant", "model_file_sha256", "hardware", "golden_set")
+UNIT_KEY = VARIANT_KEY[:-1]
 
 
 def same_night(metric: str) -> bool:
@@ -193,6 +203,13 @@ def build_series(cells: pd.DataFrame, runs: pd.DataFrame,
         if part.empty:
             continue
         frames.append(_long(part, metric, metric.column, nights))
+    for metric in UNIT_METRICS:
+        if metric.column not in ok.columns:
+            continue
+        part = ok[ok[metric.column].notna()].drop_duplicates(["run_id", *UNIT_KEY])
+        if not part.empty:
+            frames.append(_long(part.assign(workload=None, load_point=None), metric,
+                                metric.column, nights))
     if "accuracy" in cells.columns:
         # accuracy does not depend on the perf cell's status: one value per variant and night
         acc = cells[cells["accuracy"].notna() & cells["run_id"].isin(nights.index)]
