@@ -14,6 +14,7 @@ import yaml
 from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
 from servebench.evals.runner import run_golden_set
+from servebench.loadgen.engine import run_load_sync
 from servebench.provision.local import LocalProvisioner
 from servebench.settings import PROJECT_ROOT, get_settings
 from servebench.workloads import build_prompts
@@ -35,27 +36,29 @@ def _spec():
     return parse_sweep(data, "test")
 
 
-def _kill_when_serving(state_dir, after_s):
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        files = list(state_dir.glob("*.server.json"))
-        if files:
-            pid = json.loads(files[0].read_text())["pid"]
-            time.sleep(after_s)
-            os.killpg(pid, signal.SIGKILL)
-            return
-        time.sleep(0.05)
+def _kill(state_dir) -> None:
+    pid = json.loads(next(state_dir.glob("*.server.json")).read_text())["pid"]
+    os.killpg(pid, signal.SIGKILL)
 
 
 def test_a_server_killed_mid_run_fails_its_cells_with_the_signal(tmp_path):
     spec = _spec()
     target = spec.targets[0]
-    killer = threading.Thread(target=_kill_when_serving, args=(tmp_path, 3.0), daemon=True)
-    killer.start()
+    killers: list[threading.Timer] = []
+
+    def killed_in_the_first_cell(*args, **kwargs):
+        # the kill lands inside the first cell's load whatever the host's pace: 0.5 s into
+        # its warm-up and 400 requests one at a time (seconds; longer on a slower host)
+        if not killers:
+            killers.append(threading.Timer(0.5, _kill, args=(tmp_path,)))
+            killers[0].start()
+        return run_load_sync(*args, **kwargs)
+
     runner = VariantRunner(spec, target, target.variants[0], run_id="t", settings=get_settings(),
-                           provisioner=LocalProvisioner(tmp_path))
+                           provisioner=LocalProvisioner(tmp_path),
+                           run_load=killed_in_the_first_cell)
     result = runner.run()
-    killer.join(timeout=5)
+    killers[0].join(timeout=5)
     assert len(result.cells) == 2
     assert all(c["status"] != "ok" for c in result.cells), [c["status"] for c in result.cells]
     reasons = " | ".join(c["reason"] for c in result.cells)
@@ -74,8 +77,7 @@ def test_a_server_killed_while_its_workload_is_built_says_so(tmp_path):
     target = spec.targets[0]
 
     def killed_first(*args, **kwargs):
-        pid = json.loads(next(tmp_path.glob("*.server.json")).read_text())["pid"]
-        os.killpg(pid, signal.SIGKILL)  # no wait: the build meets the dying server
+        _kill(tmp_path)  # no wait: the build meets the dying server
         return build_prompts(*args, **kwargs)
 
     result = VariantRunner(spec, target, target.variants[0], run_id="t",
@@ -95,10 +97,9 @@ def test_a_server_killed_during_the_golden_set_leaves_no_accuracy(tmp_path):
     target = spec.targets[0]
 
     def killed_during(*args, **kwargs):  # the golden set starts: the server dies under it
-        pid = json.loads(next(tmp_path.glob("*.server.json")).read_text())["pid"]
         # killed as it starts (200 items take this model under a second: a timer could land
         # after the last answer), and gone before the first question
-        os.killpg(pid, signal.SIGKILL)
+        _kill(tmp_path)
         time.sleep(0.5)
         return run_golden_set(*args, **kwargs)
 

@@ -127,10 +127,12 @@ class UnitRows:
         self.result.requests.extend(requests)
 
     def without_quality(self, reason: str) -> None:
-        """Every perf number travels with a quality number: without one a cell is invalid."""
+        """Every perf number travels with a quality number: without one a measured cell is
+        invalid, this reason added to any it already had (a failed cell keeps its own)."""
         for row in self.result.cells:
-            if row.get("status") == "ok":
-                row.update(status="invalid", reason=f"no quality number: {reason}")
+            if row.get("status") in ("ok", "invalid"):
+                row.update(status="invalid", reason="; ".join(filter(None, [
+                    row.get("reason"), f"no quality number: {reason}"])))
 
     def cost(self, row: dict) -> dict:
         return cost_fields(price_per_hour=self.price_per_hour,
