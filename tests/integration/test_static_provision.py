@@ -4,6 +4,7 @@ set run through the same VariantRunner the DAG uses, and left running afterwards
 does not answer becomes failed cells that say so."""
 
 import pytest
+from measured import assert_measured
 from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
 from servebench.metrics import PREFIX_CACHE_TOLERANCE
@@ -37,7 +38,7 @@ def test_a_running_server_is_measured_as_it_is_and_left_running(llama_server,
     server = llama_server
     result = _run(_spec(local_sweep, server.base_url, server.served_model))
     [cell] = result.cells
-    assert cell["status"] == "ok", cell["reason"]
+    assert_measured([cell])  # measured as it is (how this host scheduled the client aside)
     assert cell["hardware"] == "the team's shared box"
     # what the server itself says it runs (llama.cpp /props build_info)
     import httpx

@@ -134,6 +134,18 @@ def speculative_config(variant: VariantSpec) -> dict | None:
     return cfg
 
 
+def cpu_compile_cache(settings: Settings) -> dict[str, str]:
+    """Where the CPU build keeps what it compiles, so a variant's later starts (the next
+    variant of the same model and shapes, the next night) load it instead of compiling again:
+    a folder the project owns (``settings.cache``/vllm), and torch.compile's own cache rather
+    than vLLM's AOT artifacts, which 0.32.0's CPU build saves but cannot load ("Compiling model
+    again due to a load failure ...: 'function' object has no attribute 'finalize_loading'",
+    every start); inductor's kernels beside it (not torch's default under /tmp). docs/stacks.md
+    has what it saves."""
+    return {"VLLM_CACHE_ROOT": str(settings.cache / "vllm"), "VLLM_USE_AOT_COMPILE": "0",
+            "TORCHINDUCTOR_CACHE_DIR": str(settings.cache / "vllm" / "inductor")}
+
+
 @register_stack
 class VllmStack(HfGpuStack):
     name = "vllm"
@@ -234,7 +246,7 @@ class VllmStack(HfGpuStack):
                               metrics_path=spec.metrics_path)
         model, *flags = spec.argv
         env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE") or "1",
-               "VLLM_NO_USAGE_STATS": "1"}
+               "VLLM_NO_USAGE_STATS": "1", **cpu_compile_cache(settings)}
         pin: list[str] = []
         if variant.threads:
             env.update(OMP_NUM_THREADS=str(variant.threads), VLLM_CPU_OMP_THREADS_BIND="nobind")

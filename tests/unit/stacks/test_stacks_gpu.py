@@ -135,6 +135,11 @@ def test_vllm_one_adapter_for_the_gpu_and_the_cpu_build(settings):
     assert "--no-enable-prefix-caching" in cpu.argv and val(cpu.argv, "--dtype") == "float32"
     assert cpu.env["OMP_NUM_THREADS"] == "1" and cpu.env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
     assert cpu.env["VLLM_CPU_KVCACHE_SPACE"]
+    # what it compiles is kept in the project's cache, as torch.compile's (vLLM's AOT
+    # artifacts do not load on the CPU build), for the next start to load
+    assert cpu.env["VLLM_CACHE_ROOT"] == str(settings.cache / "vllm")
+    assert cpu.env["VLLM_USE_AOT_COMPILE"] == "0" and "VLLM_CACHE_ROOT" not in gpu.env
+    assert cpu.env["TORCHINDUCTOR_CACHE_DIR"].startswith(str(settings.cache / "vllm"))
     assert adapter.version(settings) == "0.32.0+cpu"
     assert adapter.version_problem("0.32.0+cpu") is None  # checked against that release too
     assert "outside" in adapter.version_problem("0.25.0")
