@@ -145,7 +145,8 @@ def inspect(args: list[str]) -> int:
 
 
 def logs(args: list[str]) -> int:
-    name, tail = args[-1], int(args[args.index("--tail") + 1]) if "--tail" in args else 100
+    """``docker logs [--tail N] NAME``: the last N lines, or, as Docker, all of them."""
+    name, tail = args[-1], int(args[args.index("--tail") + 1]) if "--tail" in args else 0
     path = STATE / f"{name}.log"
     if not path.exists():
         print(f"Error: No such container: {name}", file=sys.stderr)

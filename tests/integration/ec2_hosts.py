@@ -33,10 +33,12 @@ VPC_CIDR = "10.213.0.0/16"
 SUBNET_CIDR = "10.213.0.0/24"
 SHIM = Path(__file__).with_name("docker_shim.py")
 # every stand-in instance's nvidia-smi: the GPU a g6.xlarge has (the worker has none, so the
-# cells' ``gpu`` can only have come from the instance)
+# cells' ``gpu`` can only have come from the instance), GPU_USED_MIB of it in use
 GPU_ROW = "NVIDIA L4, 550.54.15, 2040 MHz, Disabled"
+GPU_USED_MIB = 1234
 NVIDIA_SMI = f"""#!/bin/sh
 case "$1" in
+  --query-gpu=memory.used) echo '{GPU_USED_MIB}' ;;
   --query-gpu=*) echo '{GPU_ROW}' ;;
   *) echo '| NVIDIA-SMI 550.54.15    Driver Version: 550.54.15    CUDA Version: 12.4 |' ;;
 esac

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ec2_hosts import StandInHosts, namespaces_available
+from ec2_hosts import GPU_USED_MIB, StandInHosts, namespaces_available
 from measured import assert_measured
 from servebench.provision.local import free_port
 from servebench.settings import PROJECT_ROOT, get_settings
@@ -222,6 +222,16 @@ def test_variants_relaunch_the_container_in_place_reached_over_the_instance_addr
     assert address.startswith("10.213.0.")
     assert set(cells["host"]) == {f"{instance['InstanceId']} ({address})"}
     assert set(cells["image"]) == {IMAGE}  # a tag: the shim, like a registry, has no digest
+    # what each container held, sampled on the instance by the launch script's sampler and
+    # read over SSM; its KV cache from its log, read the same way
+    units = ResultStore(os.environ["SERVEBENCH_RESULTS_URI"]).read_table(
+        "units", run_ids=[dag_run.run_id]).to_pandas()
+    assert len(units) == 2
+    assert units["peak_rss_source"].str.startswith(
+        "the container's process tree, Pss summed every 1 s on the instance").all()
+    assert units["peak_rss_bytes"].between(5e6, 1e9).all(), units["peak_rss_bytes"]
+    assert set(units["peak_device_memory_bytes"]) == {GPU_USED_MIB << 20}  # its nvidia-smi's
+    assert units["kv_cache_source"].str.startswith("llama-server's log: n_slots").all()
 
 
 def test_each_instance_is_paid_from_its_first_unit_to_its_last(aws, local_sweep):

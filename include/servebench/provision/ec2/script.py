@@ -53,8 +53,8 @@ while [ -d "/proc/$root" ]; do
   [ "$now" -gt "$rss" ] && rss=$now
   if command -v nvidia-smi >/dev/null 2>&1; then
     mib="$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits 2>/dev/null \\
-      | awk '{{s += $1}} END {{print s + 0}}')"
-    if [ "$gpu" = - ] || [ "${{mib:-0}}" -gt "$gpu" ]; then gpu=${{mib:-0}}; fi
+      | awk '$1 ~ /^[0-9]+$/ {{s += $1; n++}} END {{if (n) print s}}')"
+    if [ -n "$mib" ] && {{ [ "$gpu" = - ] || [ "$mib" -gt "$gpu" ]; }}; then gpu=$mib; fi
   fi
   n=$((n + 1))
   echo "$rss $gpu $n" > {MEMORY_PEAK}.tmp && mv {MEMORY_PEAK}.tmp {MEMORY_PEAK}
