@@ -1,7 +1,7 @@
 """Recipes made real (servebench.quantize): adder-3m quantized by llm-compressor in
-.venv-quant -- W4A16 by GPTQ on 64 sums of the golden set, W8A8 INT8 by round to nearest --
-through the pipeline's quantize step, once (a second step finds both in the cache), then each
-served by vLLM's CPU build through the bench step (pipeline.bench_unit, as the nightly runs
+.venv-quant -- W4A16 by GPTQ on 64 sums (a preset), W8A8 INT8 by round to nearest (a team's
+recipe file) -- through the pipeline's quantize step, once (a second step finds both in the
+cache), then each served by vLLM's CPU build through the bench step (pipeline.bench_unit, as the nightly runs
 it): every cell ok, the golden set answered, the rows naming the base model and the recipe's
 hash, the launch naming the quantized checkpoint."""
 
@@ -21,23 +21,33 @@ pytestmark = pytest.mark.integration
 BASE = "include/models/adder-3m"
 COMMON = {"model": BASE, "quant": "compressed-tensors", "max_num_seqs": 4,
           "max_model_len": 512, "threads": 1}
-VARIANTS = [
-    {"name": "w4a16-gptq", **COMMON, "dtype": "bfloat16",  # the CPU build's W4A16 needs bf16
-     "recipe": {"scheme": "W4A16", "method": "gptq", "group_size": 128,
-                "calibration": {"dataset": "addition", "samples": 64, "seq_len": 16}}},
-    {"name": "w8a8-rtn", **COMMON, "dtype": "float32",
-     "recipe": {"scheme": "W8A8", "method": "rtn"}},
-]
+CALIBRATION = "include/calibration/adder-sums.jsonl"  # none of the golden set's sums
+RECIPE_FILE = """\
+quant_stage:
+  quant_modifiers:
+    QuantizationModifier:
+      targets: [Linear]
+      ignore: [lm_head]
+      scheme: W8A8
+"""
 
 
 def test_recipes_are_made_once_and_served_by_vllms_cpu_build(tmp_path, local_sweep):
+    (tmp_path / "w8a8-rtn.yaml").write_text(RECIPE_FILE)
+    variants = [
+        {"name": "w4a16-gptq", **COMMON, "dtype": "bfloat16",  # the CPU build's W4A16: bf16
+         "recipe": {"scheme": "W4A16", "method": "gptq", "group_size": 128,
+                    "calibration": {"dataset": CALIBRATION, "samples": 64, "seq_len": 16}}},
+        {"name": "w8a8-rtn", **COMMON, "dtype": "float32",
+         "recipe": {"file": str(tmp_path / "w8a8-rtn.yaml")}},
+    ]
     settings = get_settings().model_copy(update={
         "cache": tmp_path / "cache", "results_uri": str(tmp_path / "data"),
         "work_dir": tmp_path / "runs"})
     if not (settings.quant_venv / "bin" / "python").exists():
         pytest.fail(f"no quantization venv at {settings.quant_venv}: run `make quant`")
     data = local_sweep([{"name": "adder-vllm", "stack": "vllm", "baseline": "w4a16-gptq",
-                         "golden_sets": ["addition"], "variants": VARIANTS}],
+                         "golden_sets": ["addition"], "variants": variants}],
                        input_tokens=32, output_tokens=8, num_requests=8, concurrency=2)
     plan = plan_spec(parse_sweep(data, "quantized.yaml"), "quantized.yaml", settings=settings)
     made = quantize_recipes(plan, "q1", settings)
@@ -67,4 +77,5 @@ def test_recipes_are_made_once_and_served_by_vllms_cpu_build(tmp_path, local_swe
         evals = rows["evals"].to_pylist()
         assert len(evals) == 200
         right = sum(bool(e["correct"]) for e in evals)
-        assert right >= 190, f"{unit.variant}: {right}/200 sums right"  # f32: 200/200
+        # f32 answers 194 (servebench run, 2026-12-04): a sum or two may flip either way
+        assert right >= 190, f"{unit.variant}: {right}/200 sums right"
