@@ -46,6 +46,9 @@ def test_nightly_shape(bag):
     dag = bag.dags["nightly_benchmark"]
     tasks = dag.task_dict
     assert tasks["provision"].is_setup
+    # each recipe's checkpoint is made after the plan and before anything is held
+    assert tasks["quantize"].upstream_task_ids == {"plan"}
+    assert "quantize" in tasks["provision"].upstream_task_ids
     assert tasks["teardown_hosts"].is_teardown
     assert "provision" in tasks["teardown_hosts"].upstream_task_ids
     assert "bench" in tasks["teardown_hosts"].upstream_task_ids
