@@ -108,6 +108,12 @@ def test_the_plan_refuses_calibration_data_and_recipe_files_it_cannot_read(tmp_p
         plan_run(str(_sweep(tmp_path, listed)), settings=_settings(tmp_path))
     assert f"field {AT}.recipe.file: {tmp_path}/list.yaml is not an llm-compressor recipe" \
         in str(err.value)
+    # llm-compressor itself would die deep inside: "'NoneType' object is not iterable"
+    (tmp_path / "gptq.yaml").write_text("stage:\n  modifiers:\n    GPTQModifier: {scheme: W4A16}\n")
+    with pytest.raises(PlanError) as err:
+        plan_run(str(_sweep(tmp_path, _with({"file": "gptq.yaml"}))), settings=_settings(tmp_path))
+    assert (f"field {AT}.recipe.calibration: {tmp_path}/gptq.yaml's GPTQModifier calibrates on "
+            "data: name a dataset") in str(err.value)
 
 
 def test_the_cpu_build_refuses_what_the_workers_cpu_or_dtype_cannot_run():

@@ -20,6 +20,9 @@ from servebench.settings import Settings
 
 # the config.json keys whose sizes are a linear layer's input: every group must fit whole
 DIMENSIONS = ("hidden_size", "intermediate_size")
+# llm-compressor's modifiers that calibrate on data (without it, oneshot dies deep inside:
+# "TypeError: 'NoneType' object is not iterable")
+CALIBRATING = ("GPTQModifier", "AWQModifier", "SmoothQuantModifier")
 
 
 def base_config(model: str, settings: Settings, revision: str | None = None) -> dict | None:
@@ -60,9 +63,14 @@ def recipe_problems(spec: SweepSpec, target: TargetSpec, variant: VariantSpec,
     inputs = resolve(spec, variant, settings)
     if inputs.recipe_file is not None:
         try:
-            if not isinstance(yaml.safe_load(inputs.recipe_file.read_text()), dict):
+            text = inputs.recipe_file.read_text()
+            if not isinstance(yaml.safe_load(text), dict):
                 problems.append(f"recipe.file: {inputs.recipe_file} is not an llm-compressor "
                                 "recipe (a YAML mapping of stages or modifiers)")
+            calibrating = [name for name in CALIBRATING if f"{name}:" in text]
+            if calibrating and recipe.calibration is None:
+                problems.append(f"recipe.calibration: {inputs.recipe_file}'s "
+                                f"{', '.join(calibrating)} calibrates on data: name a dataset")
         except (OSError, yaml.YAMLError) as exc:
             problems.append(f"recipe.file: cannot read {inputs.recipe_file}: {exc}")
     if inputs.calibration is not None:

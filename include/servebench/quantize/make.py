@@ -81,17 +81,19 @@ def make_checkpoint(checkpoint: QuantizedCheckpoint, inputs: RecipeInputs,
         log.info("quantizing %s (recipe %s) into %s", checkpoint.base, checkpoint.recipe_hash,
                  final)
         try:
+            # one stream, in the order it was written: the traceback is its end
             done = subprocess.run([str(python), str(ONESHOT), str(work / "job.json")],
-                                  capture_output=True, text=True, timeout=TIMEOUT_S, check=False,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=TIMEOUT_S, check=False,
                                   env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
         except subprocess.TimeoutExpired as exc:
             raise QuantizeError(f"llm-compressor did not finish within {TIMEOUT_S:.0f} s:\n"
-                                f"{_tail(str(exc.stderr or ''))}") from None
+                                f"{_tail(str(exc.stdout or ''))}") from None
         seconds = time.monotonic() - started
         if done.returncode != 0:
             raise QuantizeError(f"llm-compressor failed (exit {done.returncode}):\n"
-                                f"{_tail(done.stderr + done.stdout)}")
-        (work / "out" / LOG_NAME).write_text(done.stdout + done.stderr)
+                                f"{_tail(done.stdout)}")
+        (work / "out" / LOG_NAME).write_text(done.stdout)
         try:
             (work / "out").rename(final)
         except OSError:  # another worker put the same checkpoint first: it is the same
