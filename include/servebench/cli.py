@@ -227,6 +227,10 @@ def run_sweep(sweep: str | None, run_id: str | None) -> int:
     try:
         summary = pipeline.run_sweep(
             sweep, run_id, on_units=on_units, on_units_done=progress.stop,
+            # a recipe's first making takes minutes (llm-compressor); a cached one, none
+            on_recipe=lambda unit: print(f"checkpoint of {unit.unit_id}: recipe "
+                                         f"{unit.quantized.recipe_hash} -> {unit.quantized.path}",
+                                         file=sys.stderr),
             on_unit=lambda unit: progress.update(bars["units"],
                                                  description=f"unit {unit.unit_id}"),
             on_unit_done=lambda unit: progress.advance(bars["units"]),

@@ -39,12 +39,13 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
     return make_plan(sweep, run_date, settings).to_xcom()
 
 
-def quantize_recipes(plan: Plan | dict, run_id: str, settings: Settings | None = None) -> dict:
+def quantize_recipes(plan: Plan | dict, run_id: str, settings: Settings | None = None,
+                     on_recipe: Callable[[Unit], None] | None = None) -> dict:
     """The quantize task: each recipe's checkpoint made once, before the units that serve it
     (a checkpoint the cache has is not made again: ``servebench.quantize``). A recipe that
     fails keeps its units' cells failed with the tool's own last lines, which the bench then
     skips; the rest of the night runs. Returns, per recipe hash, its path and seconds or why
-    it failed."""
+    it failed. ``on_recipe`` sees each recipe's first unit before it is made or found."""
     settings, plan = settings or get_settings(), Plan.from_xcom(plan)
     made: dict[str, dict] = {}
     for unit in plan.units:
@@ -52,6 +53,8 @@ def quantize_recipes(plan: Plan | dict, run_id: str, settings: Settings | None =
             continue
         digest = unit.quantized.recipe_hash
         if digest not in made:
+            if on_recipe:
+                on_recipe(unit)
             try:
                 seconds = make_variant(plan.spec, plan.variant_of(unit), settings)
                 made[digest] = {"path": unit.quantized.path, "seconds": round(seconds, 1)}
@@ -232,6 +235,7 @@ def send_digest(summary: dict, settings: Settings | None = None,
 
 
 def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
+              on_recipe: Callable[[Unit], None] | None = None,
               on_units: Callable[[Plan], None] | None = None,
               on_unit: Callable[[Unit], None] | None = None,
               on_unit_done: Callable[[Unit], None] | None = None,
@@ -241,13 +245,14 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
     anything is provisioned), quantize (each recipe's checkpoint), provision, each host's units (a crashed unit becomes failed
     cells with its error), teardown in every path, publish, detect, digest. Its runs are a
     history of their own (dag_id ``servebench-cli``), so ad-hoc runs never enter the nightly
-    trends. The hooks see the units go by (``on_units`` gets the plan before the first,
+    trends. The hooks see the recipes and units go by (``on_recipe`` each recipe's first unit
+    before its checkpoint is made or found, ``on_units`` gets the plan before the first,
     ``on_units_done`` comes after the last, whatever happened). Returns the detect step's
     summary with ``stopped`` (what the teardown found left) and ``digest`` (where it went)."""
     now = dt.datetime.now(dt.UTC)
     run_id = run_id or f"cli__{now.isoformat(timespec='seconds')}"
     plan = make_plan(sweep, run_date=now.date())
-    quantize_recipes(plan, run_id)
+    quantize_recipes(plan, run_id, on_recipe=on_recipe)
     provisioned = None
     try:
         provisioned = provision(plan, run_id, dag_id=CLI_DAG_ID)

@@ -197,8 +197,11 @@ def test_the_recipe_hash_moves_with_each_input_and_with_nothing_else(tmp_path):
 
 def test_a_recipe_that_cannot_be_made_fails_its_units_cells_with_why(tmp_path):
     plan = _planned(tmp_path, quant_venv=tmp_path / "no-venv")
+    seen = []  # what `servebench run` prints before each recipe
     made = quantize_recipes(plan, "r1", settings=_settings(
-        tmp_path, cache=tmp_path / "cache", quant_venv=tmp_path / "no-venv"))
+        tmp_path, cache=tmp_path / "cache", quant_venv=tmp_path / "no-venv"),
+        on_recipe=seen.append)
+    assert [unit.unit_id for unit in seen] == ["adder-vllm--q"]
     [(digest, outcome)] = made.items()
     assert "no quantization venv at" in outcome["failed"] and "make quant" in outcome["failed"]
     store = ResultStore(str(tmp_path / "data"))
