@@ -29,6 +29,7 @@ from test_plan import _settings, _sweep  # the plan tests' project and sweep
 
 VLLM = 2  # the local sweep's vLLM target
 AT = f"targets[{VLLM}](name=adder-vllm).variants[2](name=q)"
+BASE_CONFIG = "include/models/adder-3m/config.json"
 GPTQ = {"scheme": "W4A16", "method": "gptq", "group_size": 128,
         "calibration": {"dataset": "addition", "samples": 16, "seq_len": 16}}
 
@@ -236,3 +237,28 @@ def test_the_cpu_build_refuses_8_bit_weight_only_quoting_the_engine():
     [problem] = cpu_recipe_problems(q, {"avx2", "avx512f"})
     assert problem.startswith("field recipe.scheme 'W8A16': vLLM's CPU build cannot serve it: "
                               "'Failed to find a kernel that can implement the WNA16 linear")
+
+
+def test_a_hub_base_is_checked_from_the_hub_cache_or_said_unchecked(tmp_path, monkeypatch):
+    from servebench.quantize.checks import recipe_problems
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    data = _local()
+    data["targets"][VLLM]["variants"].append(_variant({**GPTQ, "group_size": 96},
+                                                      model="org/base-model"))
+    spec = parse_sweep(data, "x")
+    target = spec.targets[VLLM]
+    settings = _settings(tmp_path).model_copy(update={"project_root": PROJECT_ROOT})
+    problems, warnings = recipe_problems(spec, target, target.variants[2], settings)
+    assert not problems and warnings == [
+        "recipe.group_size: not checked against the model's dimensions: 'org/base-model' has "
+        "no config.json on this worker"]
+    # the Hugging Face cache's copy, as `hf download` lays it out
+    repo = tmp_path / "hub" / "models--org--base-model"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    (repo / "snapshots" / "abc123").mkdir(parents=True)
+    shutil.copy(PROJECT_ROOT / BASE_CONFIG, repo / "snapshots" / "abc123" / "config.json")
+    problems, warnings = recipe_problems(spec, target, target.variants[2], settings)
+    assert problems == ["recipe.group_size: 96 does not divide the model's hidden_size 256, "
+                        "num_attention_heads x head_dim 256 (org/base-model/config.json)"]
