@@ -22,7 +22,7 @@ from servebench.quantize.inputs import checkpoint_for
 from servebench.results.store import ResultStore
 from servebench.settings import PROJECT_ROOT
 from servebench.stacks.vllm import cpu_recipe_problems
-from servebench.trends.attribution import recorded_change
+from servebench.trends.attribution import NOTHING_CHANGED, recorded_change
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_plan import _settings, _sweep  # the plan tests' project and sweep
@@ -228,6 +228,14 @@ def test_attribution_names_a_changed_recipe():
                            "recipe_hash": digest} for i, digest in enumerate(["aaaa", "bbbb"])])
     assert recorded_change(cells, runs, where, 1) == \
         "recipe_hash aaaa -> bbbb; sweep variant.recipe.group_size 128 -> 32"
+    # the night the suite gained the recipe field, every older spec lacks it: no sweep change
+    before = json.dumps({"name": "s", "targets": [{"name": "t", "variants": [
+        {"name": "w4a16", "model": "m"}]}]})
+    after = json.dumps({"name": "s", "targets": [{"name": "t", "variants": [
+        {"name": "w4a16", "model": "m", "recipe": None}]}]})
+    runs["spec_json"] = [before, after]
+    cells["recipe_hash"] = None
+    assert recorded_change(cells, runs, where, 1) == NOTHING_CHANGED
 
 
 def test_the_cpu_build_refuses_8_bit_weight_only_quoting_the_engine():
