@@ -91,10 +91,7 @@ class Plan(BaseModel):
         """The unit's variant as it is launched: a recipe variant's ``model`` is its quantized
         checkpoint (``quantized`` keeps the base and the recipe's hash)."""
         variant = next(v for v in self.target_of(unit).variants if v.name == unit.variant)
-        if unit.quantized is None:
-            return variant
-        return variant.model_copy(update={"model": unit.quantized.path,
-                                          "quantized": unit.quantized})
+        return variant if unit.quantized is None else variant.launching(unit.quantized)
 
     def hosts(self) -> list[str]:
         """The hosts the units run on, in the plan's order (one bench task each)."""

@@ -20,8 +20,10 @@ from pathlib import Path
 import httpx
 
 from servebench.config import SweepSpec, TargetSpec, VariantSpec
-from servebench.errors import LaunchError
+from servebench.errors import LaunchError, QuantizeError
 from servebench.provision.local import LocalProvisioner
+from servebench.quantize.inputs import checkpoint_for
+from servebench.quantize.make import make_variant
 from servebench.settings import Settings
 from servebench.stacks import get_stack
 
@@ -57,6 +59,15 @@ def smoke_sweep(spec: SweepSpec, settings: Settings, state_dir: Path, *,
         if stacks and target.stack not in stacks:
             continue
         for variant in target.variants:
+            if variant.recipe is not None and target.provision_kind == LocalProvisioner.kind:
+                # launched as the benchmark launches it: the recipe's checkpoint, made once
+                variant = variant.launching(checkpoint_for(spec, variant, settings))
+                try:
+                    make_variant(spec, variant, settings)
+                except QuantizeError as exc:
+                    results.append(SmokeResult(target.name, variant.name, variant.base_model,
+                                               f"its recipe failed: {exc}"))
+                    continue
             result = smoke_variant(spec, target, variant, settings, provisioner)
             if result is not None:
                 log.info("smoke %s", result.line())

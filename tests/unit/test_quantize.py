@@ -270,3 +270,18 @@ def test_a_hub_base_is_checked_from_the_hub_cache_or_said_unchecked(tmp_path, mo
     problems, warnings = recipe_problems(spec, target, target.variants[2], settings)
     assert problems == ["recipe.group_size: 96 does not divide the model's hidden_size 256, "
                         "num_attention_heads x head_dim 256 (org/base-model/config.json)"]
+
+
+def test_the_smoke_test_launches_a_recipe_variant_as_the_benchmark_does(tmp_path):
+    """`servebench smoke` makes a recipe's checkpoint first (it would otherwise have served
+    the base model and said the variant serves); one that cannot be made is its problem."""
+    from servebench.config import load_sweep
+    from servebench.smoke import smoke_sweep
+
+    spec = load_sweep(_sweep(tmp_path, _with(GPTQ)))
+    settings = _settings(tmp_path, cache=tmp_path / "cache", quant_venv=tmp_path / "none")
+    spec = spec.model_copy(update={"targets": [spec.targets[VLLM].model_copy(
+        update={"variants": spec.targets[VLLM].variants[2:]})]})
+    [result] = smoke_sweep(spec, settings, tmp_path / "state")
+    assert (result.variant, result.model) == ("q", "include/models/adder-3m")
+    assert result.problem.startswith("its recipe failed: no quantization venv at ")

@@ -189,3 +189,7 @@ class VariantSpec(RecipeOption, GpuOptions, ContainerOption, DtypeOption, Thread
     def base_model(self) -> str:
         """The checkpoint the spec names: a recipe's base, else ``model``."""
         return self.quantized.base if self.quantized else self.model
+
+    def launching(self, checkpoint: QuantizedCheckpoint) -> VariantSpec:
+        """This variant as it is launched: its recipe's ``checkpoint`` as its ``model``."""
+        return self.model_copy(update={"model": checkpoint.path, "quantized": checkpoint})
