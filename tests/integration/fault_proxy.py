@@ -5,7 +5,8 @@ response -- except for the chat requests a test picks (``Faults.match``: by ``ma
 one workload of a sweep is hit and the other is not), whose real stream it breaks in one named
 way (``Faults.kind``, see FAULTS). Responses go back chunked with keep-alive, as llama-server's
 own do, so both of the suite's HTTP clients meet the fault exactly as they would meet it from a
-server.
+server. Each request goes upstream on a connection of its own, so what a client meets is the
+server's answer or the injected fault, never a stale pooled connection of the proxy's.
 
 Test support only: nothing in the product imports it.
 """
@@ -82,7 +83,13 @@ class FaultProxy:
 
     async def _start(self) -> None:
         self._stopped = asyncio.Event()
-        self._client = httpx.AsyncClient(base_url=self.upstream, timeout=None)
+        # each forwarded request on an upstream connection of its own: llama-server advertises
+        # keep-alive but closes the connection after a streamed response, and a pooled one
+        # reused before its close arrived fails without a response -- which the proxy would pass
+        # on as a dropped connection no server ever dropped (the client's retry on a fresh
+        # connection to the proxy would meet the next stale upstream one)
+        self._client = httpx.AsyncClient(base_url=self.upstream, timeout=None,
+                                         limits=httpx.Limits(max_keepalive_connections=0))
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
 
