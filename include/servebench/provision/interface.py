@@ -52,7 +52,7 @@ from servebench.memory import MemorySample
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
     from servebench.settings import Settings
-    from servebench.stacks.adapter import StackAdapter
+    from servebench.stacks.adapter import ContainerLaunch, StackAdapter
 
 log = logging.getLogger(__name__)
 
@@ -211,6 +211,24 @@ def host_session(cls: type[Provisioner], run_id: str, state: dict | None,
             log.exception("releasing %s's host failed", [t.name for t in targets])
         else:
             log.info("released %s's host: %s", [t.name for t in targets], released)
+
+
+def container_problems(adapter: StackAdapter, variant: VariantSpec, *, port: int,
+                       settings: Settings, kind: str
+                       ) -> tuple[ContainerLaunch | None, list[str]]:
+    """The container a ``kind`` host would run for ``variant`` (None: the stack has none) and
+    the adapter's checks of the variant's settings -- not its ``local_problems``: the engine
+    runs in its image, not on the worker -- with the image's (one not pinned by digest is
+    allowed; the plan warns of it)."""
+    try:
+        launch = adapter.container_launch(variant, port=port, settings=settings)
+    except NotImplementedError as exc:
+        return None, [f"{exc} (provision kind {kind} runs stacks in containers)"]
+    problems = adapter.check(variant, settings)
+    problem = adapter.image_problem(launch.image)
+    if problem:
+        problems.append(f"field image: {problem}")
+    return launch, problems
 
 
 def served_engine_version(adapter: StackAdapter, endpoint: Endpoint) -> str | None:

@@ -32,6 +32,7 @@ from servebench.provision.interface import (
     LaunchError,
     Provisioner,
     Reaped,
+    container_problems,
     poll_health,
     project_provisions,
     register_provisioner,
@@ -198,16 +199,12 @@ class KubernetesProvisioner(Provisioner):
 
     @classmethod
     def check(cls, target, variant, adapter, settings) -> list[str]:
-        """The adapter's checks of the variant's settings (the engine runs in its image: not
-        its ``local_problems``), and the container must render."""
-        try:
-            launch = adapter.container_launch(variant, port=8000, settings=settings)
-        except NotImplementedError as exc:
-            return [f"{exc} (provision kind kubernetes runs stacks in containers)"]
-        problems = adapter.check(variant, settings)
-        problem = adapter.image_problem(launch.image)
-        if problem:
-            problems.append(f"field image: {problem}")
+        """The container's checks (``interface.container_problems``), the gated model's and
+        the pod's memory against its /dev/shm."""
+        launch, problems = container_problems(adapter, variant, port=8000, settings=settings,
+                                              kind="kubernetes")
+        if launch is None:
+            return problems
         spec = _spec(target)
         problems += gated_model_problems(variant.model, token_field="provision.hf_token_secret",
                                          has_token=bool(spec.hf_token_secret),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from servebench.hub import gated_model_problems
+from servebench.provision.interface import container_problems
 from servebench.provision.ec2.aws import aws_clients, has_connection
 from servebench.provision.ec2.launch import ami_root_device, client_token, launch_args
 
@@ -47,17 +48,11 @@ def account_problems(spec: Ec2Provision, target: str) -> list[str]:
 
 def variant_problems(spec: Ec2Provision, variant: VariantSpec, adapter: StackAdapter,
                      settings: Settings) -> list[str]:
-    """The adapter's checks of the variant's settings (not its ``local_problems``: the
-    engine runs in its image, not on the worker), and the container must render; an image
-    not pinned by digest is allowed but the plan warns of it."""
-    try:
-        launch = adapter.container_launch(variant, port=spec.port, settings=settings)
-    except NotImplementedError as exc:
-        return [f"{exc} (provision kind ec2 runs stacks in containers)"]
-    problems = adapter.check(variant, settings)
-    problem = adapter.image_problem(launch.image)
-    if problem:
-        problems.append(f"field image: {problem}")
+    """The container's checks (``interface.container_problems``) and the gated model's."""
+    launch, problems = container_problems(adapter, variant, port=spec.port, settings=settings,
+                                          kind="ec2")
+    if launch is None:
+        return problems
     problems += gated_model_problems(variant.model, token_field="provision.hf_token_parameter",
                                      has_token=bool(spec.hf_token_parameter),
                                      endpoint=settings.hub_endpoint)
