@@ -49,7 +49,7 @@ def quantize_recipes(plan: Plan | dict, run_id: str, settings: Settings | None =
     settings, plan = settings or get_settings(), Plan.from_xcom(plan)
     made: dict[str, dict] = {}
     for unit in plan.units:
-        if unit.quantized is None:
+        if unit.quantized is None or unit.refused:  # a refused unit is never served
             continue
         digest = unit.quantized.recipe_hash
         if digest not in made:
@@ -181,7 +181,12 @@ def bench_unit(plan: Plan, unit: Unit, provisioner: Provisioner, run_id: str,
                on_cell: Callable[[dict], None] | None = None, try_number: int = 1) -> dict:
     """One unit on its host's ``provisioner`` in the bench task's try ``try_number``, its rows
     kept as the unit's scratch in ``store``. A recipe variant's checkpoint is the quantize
-    step's; a worker without it in its cache makes it first."""
+    step's; a worker without it in its cache makes it first. A unit the plan refused keeps
+    its failed cells with the plan's reason, nothing launched."""
+    if unit.refused:
+        cells = unit_failed_cells(plan, unit, run_id, unit.refused)
+        keep_unit_rows(store, plan, unit, run_id, {"cells": cells})
+        return {"cells": len(cells), "ok": 0, "invalid": 0, "failed": len(cells), "evals": 0}
     variant = plan.variant_of(unit)
     if variant.quantized is not None:
         make_variant(plan.spec, variant, settings)

@@ -54,6 +54,9 @@ class Unit(BaseModel):
     host: str  # the machine it runs on (``Provisioner.host_key``): one unit at a time there
     # a recipe variant's checkpoint, made by the quantize step (``servebench.quantize``)
     quantized: QuantizedCheckpoint | None = None
+    # why the plan refused it (``Provisioner.refusals``: this worker's hardware cannot run
+    # it): never launched nor quantized, its cells stored failed with this reason
+    refused: str | None = None
 
 
 class Plan(BaseModel):
@@ -123,13 +126,14 @@ def plan_spec(spec: SweepSpec, path: str, *, run_date: dt.date | None = None,
     """:func:`make_plan` of a spec already read (``path``: where it came from, for the
     messages); ``gate``: the release gate's params, for a gate's narrowed spec."""
     settings = settings or get_settings()
-    problems, warnings = _problems(spec, path, settings)
+    problems, warnings, refused = _problems(spec, path, settings)
     if problems:
         raise PlanError(f"{path}: sweep cannot run:\n  " + "\n  ".join(problems))
     units = [Unit(target=t.name, variant=v.name, stack=t.stack, provision=t.provision_kind,
                   unit_id=unit_id(t.name, v.name),
                   host=get_provisioner(t.provision_kind).host_key(t),
-                  quantized=checkpoint_for(spec, v, settings) if v.recipe else None)
+                  quantized=checkpoint_for(spec, v, settings) if v.recipe else None,
+                  refused=refused.get((t.name, v.name)))
              for t in spec.targets for v in t.variants]
     n_cells = len(units) * sum(len(spec.load.points_for(w)) for w in spec.workloads)
     log.info("plan: %d units on %d hosts, %d cells from %s", len(units),
@@ -143,9 +147,11 @@ def plan_spec(spec: SweepSpec, path: str, *, run_date: dt.date | None = None,
                 n_cells=n_cells, warnings=warnings, gate=gate)
 
 
-def _problems(spec: SweepSpec, path: str, settings: Settings) -> tuple[list[str], list[str]]:
-    """(problems, warnings) of a sweep, each naming the file and the field."""
-    problems, longest, warnings = [], {}, []
+def _problems(spec: SweepSpec, path: str, settings: Settings
+              ) -> tuple[list[str], list[str], dict[tuple[str, str], str]]:
+    """(problems, warnings, refused) of a sweep, each naming the file and the field; refused:
+    per (target, variant), why this worker's hardware cannot run it (also a warning)."""
+    problems, longest, warnings, refused = [], {}, [], {}
     for w_idx, workload in enumerate(spec.workloads):
         try:
             longest[workload.name] = max_sequence_tokens(workload, settings.project_root)
@@ -168,6 +174,11 @@ def _problems(spec: SweepSpec, path: str, settings: Settings) -> tuple[list[str]
             at = f"{where}.variants[{v_idx}](name={variant.name})"
             for problem in provisioner.check(target, variant, adapter, settings):
                 problems.append(f"{at}: {target.stack}: {problem}")
+            refusals = provisioner.refusals(target, variant, adapter, settings)
+            if refusals:
+                refused[(target.name, variant.name)] = "refused at plan: " + "; ".join(refusals)
+                warnings.append(f"{at}: {target.stack}: refused, its cells stored failed: "
+                                + "; ".join(refusals))
             if variant.recipe is not None:
                 bad, doubts = recipe_problems(spec, target, variant, settings)
                 problems += [f"{at}.{problem}" for problem in bad]
@@ -202,4 +213,4 @@ def _problems(spec: SweepSpec, path: str, settings: Settings) -> tuple[list[str]
         except GoldenSetError as exc:
             problems.append(f"{path}: field golden_sets[{g_idx}](name={ref.name}).path: {exc}")
     problems += store_problems(settings)
-    return problems, warnings
+    return problems, warnings, refused

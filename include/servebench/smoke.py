@@ -85,7 +85,8 @@ def smoke_variant(spec: SweepSpec, target: TargetSpec, variant: VariantSpec,
     def result(problem: str | None) -> SmokeResult:
         return SmokeResult(target.name, variant.name, variant.model, problem)
 
-    problems = provisioner.check(target, variant, adapter, settings)
+    problems = [*provisioner.check(target, variant, adapter, settings),
+                *provisioner.refusals(target, variant, adapter, settings)]
     if problems:
         return result("; ".join(problems))
     try:  # launched exactly as the benchmark launches it

@@ -16,12 +16,14 @@ import yaml
 from servebench.bench.rows import cell_identity
 from servebench.config import parse_sweep
 from servebench.errors import PlanError, SpecError
-from servebench.pipeline import plan_run, quantize_recipes
+from servebench.pipeline import bench_unit, plan_run, quantize_recipes
+from servebench.provision.local import LocalProvisioner
+from servebench.stacks import get_stack
 from servebench.plan import Plan
 from servebench.quantize.inputs import checkpoint_for
 from servebench.results.store import ResultStore
 from servebench.settings import PROJECT_ROOT
-from servebench.stacks.vllm import cpu_recipe_problems
+from servebench.stacks.vllm import cpu_recipe_problems, cpu_recipe_refusals
 from servebench.trends.attribution import NOTHING_CHANGED, recorded_change
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -32,6 +34,13 @@ AT = f"targets[{VLLM}](name=adder-vllm).variants[2](name=q)"
 BASE_CONFIG = "include/models/adder-3m/config.json"
 GPTQ = {"scheme": "W4A16", "method": "gptq", "group_size": 128,
         "calibration": {"dataset": "addition", "samples": 16, "seq_len": 16}}
+
+
+@pytest.fixture(autouse=True)
+def _avx512_worker(monkeypatch):
+    """A worker whose CPU runs every format the CPU build serves (CI's CPUs vary): the
+    refusal of the others is tested on its own."""
+    monkeypatch.setattr("servebench.stacks.vllm.cpu_flags", lambda: {"avx2", "avx512f"})
 
 
 def _variant(recipe: dict, **kw) -> dict:
@@ -121,17 +130,21 @@ def test_the_cpu_build_refuses_what_the_workers_cpu_or_dtype_cannot_run():
     spec = _local()
     spec["targets"][VLLM]["variants"].append(_variant(GPTQ, dtype="float32"))
     q = parse_sweep(spec, "x").targets[VLLM].variants[2]
-    problems = cpu_recipe_problems(q, {"avx2", "fma"})
-    assert problems[0].startswith("field recipe.scheme 'W4A16': vLLM's CPU build runs it with "
-                                  "cpu_gemm_wna16, built only for CPUs with avx512f, which "
-                                  "this worker lacks")
-    assert problems[1].startswith("field dtype 'float32': vLLM's CPU build computes scheme "
-                                  "'W4A16' in bfloat16 only")
+    # the worker's CPU is no fault of the spec: a refusal (the unit alone fails) ...
+    [refusal] = cpu_recipe_refusals(q, {"avx2", "fma"})
+    assert refusal.startswith("field recipe.scheme 'W4A16': vLLM's CPU build runs it with "
+                              "cpu_gemm_wna16, built only for CPUs with avx512f, which "
+                              "this worker lacks")
+    assert cpu_recipe_refusals(q, {"avx2", "avx512f"}) == []
+    # ... a dtype it cannot compute in is (the sweep stops at plan)
+    [problem] = cpu_recipe_problems(q)
+    assert problem.startswith("field dtype 'float32': vLLM's CPU build computes scheme "
+                              "'W4A16' in bfloat16 only")
     w4 = q.model_copy(update={"dtype": "bfloat16"})
-    assert cpu_recipe_problems(w4, {"avx2", "avx512f"}) == []
+    assert cpu_recipe_problems(w4) == []
     w8a8 = w4.model_copy(update={"recipe": w4.recipe.model_copy(
         update={"scheme": "W8A8", "group_size": None})})
-    assert cpu_recipe_problems(w8a8, {"avx2"}) == []  # oneDNN: no instruction required
+    assert cpu_recipe_refusals(w8a8, {"avx2"}) == []  # oneDNN: no instruction required
 
 
 def _planned(tmp_path: Path, recipe: dict = GPTQ, **kw) -> Plan:
@@ -212,6 +225,36 @@ def test_a_recipe_that_cannot_be_made_fails_its_units_cells_with_why(tmp_path):
                          "no quantization venv" in c["reason"] for c in cells)
 
 
+def test_a_worker_without_the_formats_instruction_refuses_that_unit_alone(tmp_path,
+                                                                          monkeypatch):
+    """The spec is right, this worker's CPU cannot run it: the plan warns and goes on, the
+    unit is neither quantized nor launched, and its cells are stored failed with the reason;
+    the bench's own check says the same on a worker the plan did not see."""
+    monkeypatch.setattr("servebench.stacks.vllm.cpu_flags", lambda: {"avx2", "fma"})
+    plan = _planned(tmp_path)
+    refused = {u.unit_id: u.refused for u in plan.units if u.refused}
+    assert list(refused) == ["adder-vllm--q"]
+    assert refused["adder-vllm--q"].startswith(
+        "refused at plan: field recipe.scheme 'W4A16': vLLM's CPU build runs it with "
+        "cpu_gemm_wna16, built only for CPUs with avx512f, which this worker lacks")
+    assert any(f"field {AT}: vllm: refused, its cells stored failed" in w for w in plan.warnings)
+    settings = _settings(tmp_path, cache=tmp_path / "cache")
+    assert quantize_recipes(plan, "r1", settings=settings) == {}  # nothing made for it
+    store = ResultStore(str(tmp_path / "data"))
+    unit = plan.units[-1]
+    done = bench_unit(plan, unit, provisioner=None, run_id="r1", settings=settings,
+                      store=store)
+    assert done["failed"] == done["cells"] > 0 and done["ok"] == 0
+    cells = [c for t in store.read_scratch("r1").values() for c in t["cells"].to_pylist()]
+    assert cells and all(c["status"] == "failed" and c["reason"] == unit.refused
+                         for c in cells)
+    # the bench's own check on its worker (a plan made elsewhere did not refuse it)
+    variant = plan.variant_of(unit)
+    problems = LocalProvisioner.refusals(plan.target_of(unit), variant,
+                                         get_stack("vllm"), settings)
+    assert problems and "avx512f" in problems[0]
+
+
 def test_attribution_names_a_changed_recipe():
     where = {"target": "t", "stack": "vllm", "variant": "w4a16", "workload": "w",
              "load_point": "c1"}
@@ -242,7 +285,7 @@ def test_the_cpu_build_refuses_8_bit_weight_only_quoting_the_engine():
     spec = _local()
     spec["targets"][VLLM]["variants"].append(_variant({**GPTQ, "scheme": "W8A16"}))
     q = parse_sweep(spec, "x").targets[VLLM].variants[2]
-    [problem] = cpu_recipe_problems(q, {"avx2", "avx512f"})
+    [problem] = cpu_recipe_problems(q)
     assert problem.startswith("field recipe.scheme 'W8A16': vLLM's CPU build cannot serve it: "
                               "'Failed to find a kernel that can implement the WNA16 linear")
 

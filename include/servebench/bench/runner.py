@@ -101,7 +101,10 @@ class VariantRunner:
     def run(self) -> VariantResult:
         rows = self.rows
         rows.engine_version = self.provisioner.engine_version(self.adapter)
-        problems = self.provisioner.check(self.target, self.variant, self.adapter, self.settings)
+        problems = [*self.provisioner.check(self.target, self.variant, self.adapter,
+                                            self.settings),
+                    *self.provisioner.refusals(self.target, self.variant, self.adapter,
+                                               self.settings)]
         if problems:
             rows.failed_cells("; ".join(problems), None)
             return self.result

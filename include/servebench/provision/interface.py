@@ -119,6 +119,15 @@ class Provisioner(ABC):
         return adapter.check(variant, settings)
 
     @classmethod
+    def refusals(cls, target: TargetSpec, variant: VariantSpec, adapter: StackAdapter,
+                 settings: Settings) -> list[str]:
+        """Why the hardware ``variant`` would run on cannot run it, the spec being right
+        (plan time, and again before launch): the unit alone fails, its cells stored failed
+        with the reason; the rest of the sweep runs. Known only where the hardware is this
+        worker's (the local provisioner); elsewhere the engine says at launch."""
+        return []
+
+    @classmethod
     def check_target(cls, target: TargetSpec, settings: Settings) -> list[str]:
         """Problems with where ``target`` would run, asked once per target at plan time
         (credentials, the account's resources); each names the field."""

@@ -104,6 +104,11 @@ class LocalProvisioner(Provisioner):
         """The adapter's checks, and that its engine is installed here (local_problems)."""
         return [*adapter.check(variant, settings), *adapter.local_problems(variant, settings)]
 
+    @classmethod
+    def refusals(cls, target, variant, adapter, settings) -> list[str]:
+        """What this worker's hardware cannot run (``StackAdapter.hardware_refusals``)."""
+        return adapter.hardware_refusals(variant, settings)
+
     def launch(self, name, target, variant, adapter) -> Endpoint:
         port = free_port()
         launch = adapter.local_launch(variant, host="127.0.0.1", port=port,

@@ -149,6 +149,13 @@ class StackAdapter(ABC):
         the engine is not installed here, or this build cannot run it)."""
         return []
 
+    def hardware_refusals(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        """Why this machine's hardware cannot run ``variant`` though the spec is right (an
+        instruction its kernels need that this CPU lacks): not the spec's fault, so the plan
+        refuses the unit alone -- its cells stored failed with the reason -- and the rest of
+        the sweep runs, where a problem of :meth:`local_problems` stops the sweep."""
+        return []
+
     @abstractmethod
     def local_launch(
         self, variant: VariantSpec, *, host: str, port: int, settings: Settings

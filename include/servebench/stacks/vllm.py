@@ -232,8 +232,14 @@ class VllmStack(HfGpuStack):
             return [f"field dtype {dtype!r}: the CPU build of vLLM computes in "
                     f"{sorted(CPU_DTYPES)}"]
         if build[0] == "cpu" and variant.recipe is not None:
-            return cpu_recipe_problems(variant, cpu_flags())
+            return cpu_recipe_problems(variant)
         return []
+
+    def hardware_refusals(self, variant: VariantSpec, settings: Settings) -> list[str]:
+        build = installed_build(settings.vllm_venv)
+        if build is None or build[0] != "cpu" or variant.recipe is None:
+            return []
+        return cpu_recipe_refusals(variant, cpu_flags())
 
     def local_launch(self, variant: VariantSpec, *, host: str, port: int,
                      settings: Settings) -> LaunchSpec:
@@ -321,9 +327,9 @@ def cpu_flags() -> set[str]:
             for flag in line.partition(":")[2].split()}
 
 
-def cpu_recipe_problems(variant: VariantSpec, flags: set[str]) -> list[str]:
-    """Why the CPU build cannot serve ``variant``'s recipe on a worker with CPU ``flags``
-    (empty: it can). A recipe file's scheme is not read here: the engine says at launch."""
+def cpu_recipe_problems(variant: VariantSpec) -> list[str]:
+    """Why the CPU build cannot serve ``variant``'s recipe as the spec writes it, on any
+    CPU (empty: it can). A recipe file's scheme is not read here: the engine says at launch."""
     scheme = variant.recipe.scheme if variant.recipe else None
     if scheme is None:
         return []
@@ -331,15 +337,22 @@ def cpu_recipe_problems(variant: VariantSpec, flags: set[str]) -> list[str]:
         return [f"field recipe.scheme {scheme!r}: vLLM's CPU build cannot serve it: "
                 + CPU_REFUSED_SCHEMES[scheme]]
     problems = []
-    missing = [flag for flag in CPU_RECIPE_FLAGS.get(scheme, ()) if flag not in flags]
-    if missing:
-        problems.append(f"field recipe.scheme {scheme!r}: vLLM's CPU build runs it with "
-                        f"cpu_gemm_wna16, built only for CPUs with {', '.join(missing)}, which "
-                        "this worker lacks (/proc/cpuinfo)")
     dtype = CPU_RECIPE_DTYPES.get(scheme)
     if dtype and variant.dtype != dtype:
         problems.append(f"field dtype {variant.dtype!r}: vLLM's CPU build computes scheme "
                         f"{scheme!r} in {dtype} only (float32 fails: '\"cpu_gemm_wna16\" not "
                         "implemented for 'Float''): set dtype: bfloat16")
     return problems
+
+
+def cpu_recipe_refusals(variant: VariantSpec, flags: set[str]) -> list[str]:
+    """Why a worker with CPU ``flags`` cannot run ``variant``'s recipe on the CPU build,
+    though the spec is right (empty: it can)."""
+    scheme = variant.recipe.scheme if variant.recipe else None
+    missing = [flag for flag in CPU_RECIPE_FLAGS.get(scheme, ()) if flag not in flags]
+    if not missing:
+        return []
+    return [f"field recipe.scheme {scheme!r}: vLLM's CPU build runs it with cpu_gemm_wna16, "
+            f"built only for CPUs with {', '.join(missing)}, which this worker lacks "
+            "(/proc/cpuinfo)"]
 
