@@ -4,6 +4,8 @@ history."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from servebench.config.base import _Strict
@@ -44,9 +46,14 @@ class TrendsSpec(_Strict):
 
 
 class CrossStackGroup(_Strict):
-    """Variants that serve the same model at the same precision on different stacks: their
-    golden-set answers should agree, and a member that disagrees has a correctness bug."""
+    """Variants that serve the same model on different stacks. At the same precision
+    (``precision: same``) their golden-set answers should agree, and a member that disagrees
+    has a correctness bug; across formats (``mixed``: GGUF q4_k_m on llama.cpp, W4A16 on
+    vLLM) the group says where a format or engine parts from the others, item by item."""
 
     name: str
     members: list[str] = Field(min_length=2, description="'target/variant' names")
     min_agreement: float = Field(0.98, gt=0, le=1, description="share of identical answers")
+    precision: Literal["same", "mixed"] = Field(
+        "same", description="same: one precision on every stack (a disagreement is a "
+                            "correctness bug); mixed: different quantizations of one model")

@@ -224,9 +224,16 @@ def cross_stack_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
                 if agreement >= group.min_agreement:
                     col.update(cross_stack_verdict="consistent",
                                cross_stack_reason=f"{agreement:.1%} of answers match the group")
-                else:
+                elif group.precision == "same":
                     col.update(cross_stack_verdict="differs", cross_stack_reason=(
                         f"only {agreement:.1%} of answers match the rest of {group.name} "
                         f"(min {group.min_agreement:.0%}): a correctness bug, not quantization"))
+                else:  # different quantizations: where this one parts from the others
+                    shown = ", ".join(differ[:5]) + (f" (+{len(differ) - 5} more)"
+                                                     if len(differ) > 5 else "")
+                    col.update(cross_stack_verdict="differs", cross_stack_reason=(
+                        f"only {agreement:.1%} of answers match the rest of {group.name} "
+                        f"(min {group.min_agreement:.0%}): its format or engine parts from "
+                        f"the others on {shown}"))
             columns[(target, variant)] = col
     return columns

@@ -137,13 +137,14 @@ def test_unpaired_items_or_many_errors_are_inconclusive():
     assert verdict.verdict == "inconclusive" and "requests failed" in verdict.reason
 
 
-def _spec_with_group(members, min_agreement=0.98):
+def _spec_with_group(members, min_agreement=0.98, precision="same"):
     import yaml
     from servebench.config import parse_sweep
     from servebench.settings import PROJECT_ROOT
 
     data = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
-    data["cross_stack"] = [{"name": "g", "members": members, "min_agreement": min_agreement}]
+    data["cross_stack"] = [{"name": "g", "members": members, "min_agreement": min_agreement,
+                            "precision": precision}]
     return parse_sweep(data, "x")
 
 
@@ -168,6 +169,27 @@ def test_cross_stack_flags_the_member_that_disagrees():
     assert bad["cross_stack_verdict"] == "differs"
     assert bad["cross_stack_agreement"] == 0.9
     assert bad["cross_stack_differing_ids"] == sorted(f"i{k}" for k in range(0, 100, 10))
+    assert bad["cross_stack_reason"].endswith("a correctness bug, not quantization")
+
+
+def test_a_mixed_precision_group_says_where_a_format_parts_from_the_others():
+    """GGUF q4_k_m on llama.cpp against W4A16 GPTQ and AWQ on vLLM: not a bug, a place where
+    one quantization answers differently, named item by item."""
+    from servebench.evals.gate import cross_stack_columns
+
+    members = ["adder-llamacpp/q4_k_m", "adder-vllm/w4a16-gptq", "adder-vllm/w4a16-awq"]
+    spec = _spec_with_group(members, min_agreement=0.95, precision="mixed")
+    right = [str(k) for k in range(100)]
+    parted = [a if k not in (3, 14, 15, 60, 71, 88, 99) else "x" for k, a in enumerate(right)]
+    evals = (_evals("adder-llamacpp", "q4_k_m", parted) + _evals("adder-vllm", "w4a16-gptq", right)
+             + _evals("adder-vllm", "w4a16-awq", right))
+    cols = cross_stack_columns(spec, evals)
+    assert cols[("adder-vllm", "w4a16-awq")]["cross_stack_verdict"] == "consistent"
+    q4 = cols[("adder-llamacpp", "q4_k_m")]
+    assert q4["cross_stack_verdict"] == "differs" and q4["cross_stack_agreement"] == pytest.approx(0.93)
+    assert q4["cross_stack_reason"] == (
+        "only 93.0% of answers match the rest of g (min 95%): its format or engine parts from "
+        "the others on i14, i15, i3, i60, i71 (+2 more)")
 
 
 def test_cross_stack_group_must_name_real_variants():
