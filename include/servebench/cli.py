@@ -37,9 +37,13 @@ def _validate(sweep: str | None) -> int:
     except SpecError as exc:
         print(exc, file=sys.stderr)
         return 2
-    print(f"{plan['sweep_file']}: {len(plan['units'])} units OK")
+    refused = [u for u in plan["units"] if u.get("refused")]
+    print(f"{plan['sweep_file']}: {len(plan['units'])} units OK"
+          + (f", {len(refused)} refused on this worker (their cells will be stored failed)"
+             if refused else ""))
     for unit in plan["units"]:
-        print(f"  {unit['stack']:<14} {unit['unit_id']}")
+        print(f"  {unit['stack']:<14} {unit['unit_id']}"
+              + ("  (refused: this worker's hardware)" if unit.get("refused") else ""))
     for warning in plan["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     return 0
