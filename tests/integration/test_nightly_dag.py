@@ -16,7 +16,7 @@ from servebench.stacks.vllm import cpu_flags
 pytestmark = pytest.mark.integration
 
 SWEEP = "include/sweeps/local.yaml"
-QUANTIZED = ("w8a8-int8", "w4a16-gptq", "w4a16-awq", "fp8-dynamic", "f32-kv-fp8")
+QUANTIZED = ("w8a8-int8", "w4a16-gptq", "w4a16-awq", "f32-kv-fp8")
 # vLLM's CPU build runs 4-bit weights on AVX-512F CPUs only: elsewhere the plan refuses them
 # (this kind of worker's CPUs vary)
 REFUSED = set() if "avx512f" in cpu_flags() else {"w4a16-gptq", "w4a16-awq"}
@@ -50,8 +50,8 @@ def test_dag_run_succeeds(published):
 def test_every_cell_present_and_valid(published):
     _, store, _ = published
     cells = store.read_table("cells").to_pandas()
-    # 13 variants x 2 workloads x 2 concurrencies, one row each
-    assert len(cells) == 52
+    # 12 variants x 2 workloads x 2 concurrencies, one row each
+    assert len(cells) == 48
     counts = cells.groupby(["target", "variant"]).size()
     assert set(counts) == {4}, counts
     assert set(cells["stack"]) == {"llama_cpp", "vllm", "transformers"}
@@ -92,7 +92,7 @@ def test_output_tokens_equal_what_was_asked(published):
     _, store, _ = published
     reqs = store.read_table("requests").to_pandas()
     measured = reqs[~reqs["warmup"]]
-    assert len(measured) == (52 - 4 * len(REFUSED)) * 24
+    assert len(measured) == (48 - 4 * len(REFUSED)) * 24
     assert (measured["output_tokens"] == measured["output_tokens_requested"]).all()
     assert measured["first_chunk_at"].notna().all()
 
@@ -207,7 +207,7 @@ def test_quantized_vllm_variants_are_made_served_and_judged(published):
         assert vllm_units.loc[variant, "weights_bytes"] < 0.6 * f32["weights_bytes"], variant
     assert vllm_units.loc["f32-kv-fp8", "kv_cache_tokens"] > f32["kv_cache_tokens"]
     groups = cells.dropna(subset=["cross_stack_group"])
-    for group, members in (("adder-3m-8-bit", {"q8_0", "w8a8-int8", "fp8-dynamic"}),
+    for group, members in (("adder-3m-8-bit", {"q8_0", "w8a8-int8"}),
                            ("adder-3m-4-bit", {"q4_k_m", "w4a16-gptq", "w4a16-awq"})):
         mine = groups[groups["cross_stack_group"] == group]
         assert set(mine["variant"]) == members
@@ -222,7 +222,7 @@ def test_each_unit_stores_what_it_held(published):
     lever table's memory columns."""
     _, store, _ = published
     units = store.read_table("units").to_pandas().set_index("unit_id")
-    assert len(units) == 13 - len(REFUSED)  # a refused unit held nothing
+    assert len(units) == 12 - len(REFUSED)  # a refused unit held nothing
     for column, source in (("weights_bytes", "weights_source"),
                            ("kv_cache_tokens", "kv_cache_source"),
                            ("peak_rss_bytes", "peak_rss_source")):

@@ -48,7 +48,7 @@ def test_plan_expands_units(tmp_path):
         "adder-llamacpp--f16", "adder-llamacpp--f16-nocache", "adder-llamacpp--q8_0", "adder-llamacpp--q4_k_m",
         "adder-llamacpp--q2_k", "adder-transformers--f32", "adder-vllm--f32",
         "adder-vllm--f32-nocache", "adder-vllm--w8a8-int8", "adder-vllm--w4a16-gptq",
-        "adder-vllm--w4a16-awq", "adder-vllm--fp8-dynamic", "adder-vllm--f32-kv-fp8",
+        "adder-vllm--w4a16-awq", "adder-vllm--f32-kv-fp8",
     ]
     assert plan["sampling_hash"] and plan["run_date"]
 
@@ -249,7 +249,7 @@ def test_a_stack_without_a_tokenizer_fails_at_plan_naming_the_target(tmp_path, m
     refs.mkdir()
     (refs / "main").write_text("abc")
     plan = plan_run(str(_sweep(tmp_path, named)), settings=_settings(tmp_path))
-    assert len(plan["units"]) == 16
+    assert len(plan["units"]) == 15
 
 
 def test_vllm_not_installed_fails_at_plan(tmp_path):
