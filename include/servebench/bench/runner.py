@@ -49,7 +49,9 @@ EXIT_GRACE_S = 2.0  # a server unreachable from its own tokenizer: how long to w
 
 
 def _first(text: str) -> str:
-    return text.splitlines()[0]  # the log tail stays in the task log
+    """How a server ended, and the first error its log raised, without the log tail (which
+    stays in the task log)."""
+    return text.splitlines()[0].removesuffix("; log tail:")
 
 
 class VariantRunner:

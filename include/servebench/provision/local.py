@@ -14,6 +14,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -64,11 +65,22 @@ def describe_exit(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
+# an exception a Python server raised, as its traceback ends (``ValueError: There is no
+# module or parameter named 'lm_head.weight_packed' ...``), after any logging prefix
+_RAISED = re.compile(r"(?:^|\s)((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): (\S.*)$")
+
+
 def _log_tail(path: Path, lines: int = 30) -> str:
+    """``: <the first exception the log raised>; log tail:\n<its last lines>`` -- the cause
+    first, on the reason's first line: vLLM's engine dies with "Engine core initialization
+    failed. See root cause above", the cause a hundred lines before its last ones."""
     try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        text = path.read_text(errors="replace").splitlines()
     except OSError:
-        return "<no log>"
+        return "; log tail:\n<no log>"
+    first = next((m.group(1) + ": " + m.group(2) for line in text
+                  if (m := _RAISED.search(line))), None)
+    return (f": {first}" if first else "") + "; log tail:\n" + "\n".join(text[-lines:])
 
 
 @register_provisioner
@@ -188,8 +200,8 @@ class LocalProvisioner(Provisioner):
                 code = proc.poll()
                 if code is not None:
                     raise ServerLaunchError(
-                        f"{server.name} {describe_exit(code)} before becoming healthy; "
-                        f"log tail:\n{_log_tail(server.log_path)}"
+                        f"{server.name} {describe_exit(code)} before becoming healthy"
+                        + _log_tail(server.log_path)
                     )
                 with contextlib.suppress(httpx.HTTPError):
                     if client.get(url).status_code == 200:
@@ -197,8 +209,8 @@ class LocalProvisioner(Provisioner):
                         return
                 time.sleep(0.25)
         raise ServerLaunchError(
-            f"{server.name} not healthy at {url} after {timeout_s:.0f}s; "
-            f"log tail:\n{_log_tail(server.log_path)}"
+            f"{server.name} not healthy at {url} after {timeout_s:.0f}s"
+            + _log_tail(server.log_path)
         )
 
     def exited(self, server: RunningServer | Endpoint) -> str | None:
@@ -207,8 +219,8 @@ class LocalProvisioner(Provisioner):
         proc = self._procs.get(server.pid)
         if proc is None or proc.poll() is None:
             return None
-        return f"{server.name} {describe_exit(proc.returncode)}\nlog tail:\n" \
-               f"{_log_tail(self._log_path(server.name))}"
+        return f"{server.name} {describe_exit(proc.returncode)}" \
+            + _log_tail(self._log_path(server.name))
 
     def _log_path(self, name: str) -> Path:
         return self.state_dir / f"{name}.log"

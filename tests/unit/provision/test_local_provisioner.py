@@ -37,6 +37,24 @@ def test_launch_failure_carries_log_tail_and_cleans_up(tmp_path):
     assert not list(tmp_path.glob("*.server.json"))
 
 
+def test_a_launch_failure_names_the_first_error_its_log_raised(tmp_path):
+    """vLLM's engine dies saying "See root cause above", the cause far up its log: the reason
+    leads with the first exception raised, whatever the tail holds."""
+    cause = ("ValueError: There is no module or parameter named 'lm_head.weight_packed' in "
+             "LlamaForCausalLM.")
+    script = (f"import sys; print({'(Worker pid=7) ERROR 12-05 [x.py:953] ' + cause!r}); "
+              "[print('noise', i) for i in range(50)]; "
+              "print('RuntimeError: Engine core initialization failed. See root cause above.'); "
+              "sys.exit(1)")
+    prov = LocalProvisioner(tmp_path)
+    with pytest.raises(ServerLaunchError) as err:
+        prov.start("engine", [sys.executable, "-c", script], port=free_port(),
+                   health_path="/health", timeout_s=30)
+    first, *rest = str(err.value).splitlines()
+    assert first == f"engine exited with code 1 before becoming healthy: {cause}; log tail:"
+    assert rest[-1].startswith("RuntimeError: Engine core initialization failed")
+
+
 def test_never_healthy_times_out_and_is_killed(tmp_path):
     prov = LocalProvisioner(tmp_path)
     argv = [sys.executable, "-c", "import time; time.sleep(600)"]
