@@ -66,8 +66,10 @@ def describe_exit(returncode: int) -> str:
 
 
 # an exception a Python server raised, as its traceback ends (``ValueError: There is no
-# module or parameter named 'lm_head.weight_packed' ...``), after any logging prefix
-_RAISED = re.compile(r"(?:^|\s)((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): (\S.*)$")
+# module or parameter named 'lm_head.weight_packed' ...``): at the start of a line or of a
+# logged message (vLLM's ``(Worker pid=7) ERROR 12-05 01:26:33 [file.py:953] ``); not one a
+# message mentions (its warning "... errors like `OSError: [Errno 24] Too many open files`")
+_RAISED = re.compile(r"(?:^|\]\s)((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception)): (\S.*)$")
 
 
 def _log_tail(path: Path, lines: int = 30) -> str:

@@ -42,7 +42,11 @@ def test_a_launch_failure_names_the_first_error_its_log_raised(tmp_path):
     leads with the first exception raised, whatever the tail holds."""
     cause = ("ValueError: There is no module or parameter named 'lm_head.weight_packed' in "
              "LlamaForCausalLM.")
-    script = (f"import sys; print({'(Worker pid=7) ERROR 12-05 [x.py:953] ' + cause!r}); "
+    warning = ("(APIServer pid=6) WARNING 12-05 01:26:18 [system_utils.py:255] Found ulimit of "
+               "20000 [...]. This can cause fd limit errors like `OSError: [Errno 24] Too many "
+               "open files`.")
+    script = (f"import sys; print({warning!r}); "
+              f"print({'(Worker pid=7) ERROR 12-05 01:26:33 [x.py:953] ' + cause!r}); "
               "[print('noise', i) for i in range(50)]; "
               "print('RuntimeError: Engine core initialization failed. See root cause above.'); "
               "sys.exit(1)")
