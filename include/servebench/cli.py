@@ -80,7 +80,19 @@ def _summary(run_id: str | None, require_ok: bool) -> int:
     digests = [f for f in store.find(f"digests/date={run['run_date']}") if f.endswith(".md")]
     if digests:
         print("digest: " + ", ".join(digests))
+    from servebench.plan import REFUSED
+
     bad = cells[cells["status"] != "ok"].sort_values("cell_id")
+    # what this worker's hardware cannot run (W4A16 on vLLM's CPU build without AVX-512F) is
+    # no failure of the run: said, not fatal
+    refused = bad["reason"].fillna("").str.startswith(REFUSED)
+    if require_ok and refused.any():
+        variants = sorted(set(bad[refused]["target"] + "/" + bad[refused]["variant"]))
+        print(f"\nrefused on this worker's hardware ({refused.sum()} cells): "
+              + ", ".join(variants), file=sys.stderr)
+        for reason in sorted(set(bad[refused]["reason"])):
+            print(f"  {reason.splitlines()[0][:300]}", file=sys.stderr)
+    bad = bad[~refused]
     if require_ok and not bad.empty:
         print(f"\nFAILED: {len(bad)} of {len(cells)} cells are not ok:", file=sys.stderr)
         for cell in bad.itertuples():
@@ -285,7 +297,9 @@ def spec_reference_command():
 def summary(run_id: str = typer.Option(None, "--run-id"),
             latest: bool = typer.Option(False, "--latest", help="the newest committed run"),
             require_ok: bool = typer.Option(False, "--require-ok",
-                                            help="exit 1, listing them, when a cell is not ok")):
+                                            help="exit 1, listing them, when a cell is not "
+                                                 "ok (cells refused at plan for this "
+                                                 "worker's hardware are listed, not fatal)")):
     """Print the summary table of a run (default: the newest)."""
     if run_id and latest:
         raise click.UsageError("--run-id and --latest exclude each other")

@@ -41,6 +41,10 @@ def unit_id(target: str, variant: str) -> str:
     return f"{target}--{variant}"
 
 
+# how the reason of a refused unit's cells begins (``Unit.refused``)
+REFUSED = "refused at plan: "
+
+
 class Unit(BaseModel):
     """One (target, variant) of the plan: a server brought up once, its cells measured."""
 
@@ -176,7 +180,7 @@ def _problems(spec: SweepSpec, path: str, settings: Settings
                 problems.append(f"{at}: {target.stack}: {problem}")
             refusals = provisioner.refusals(target, variant, adapter, settings)
             if refusals:
-                refused[(target.name, variant.name)] = "refused at plan: " + "; ".join(refusals)
+                refused[(target.name, variant.name)] = REFUSED + "; ".join(refusals)
                 warnings.append(f"{at}: {target.stack}: refused, its cells stored failed: "
                                 + "; ".join(refusals))
             if variant.recipe is not None:

@@ -91,3 +91,19 @@ def test_an_slo_searchs_row_says_it_is_the_most_load_within_slo(results, capsys)
     assert "slo (max r6.35 within SLO)" in by_variant["r"]
     assert "slo (none within SLO)" in by_variant["z"]
     assert "slo (no answer)" in by_variant["x"] and "INVALID" in by_variant["x"]
+
+
+def test_cells_refused_for_this_workers_hardware_are_said_not_fatal(results, capsys):
+    """W4A16 on vLLM's CPU build without AVX-512F: the plan refused the unit, its cells are
+    stored failed with why; `make run` names them and passes on such a CPU. A failure of
+    any other kind beside them still fails it."""
+    refused = ("refused at plan: field recipe.scheme 'W4A16': vLLM's CPU build runs it with "
+               "cpu_gemm_wna16, built only for CPUs with avx512f, which this worker lacks")
+    _publish(results, [("ok", None), ("failed", refused), ("failed", refused)])
+    assert main(["summary", "--latest", "--require-ok"]) == 0
+    err = capsys.readouterr().err
+    assert "refused on this worker's hardware (2 cells): t/v1, t/v2" in err
+    assert refused in err and "not ok" not in err
+    _publish(results, [("failed", refused), ("failed", "launch failed: killed by SIGSEGV")])
+    assert main(["summary", "--latest", "--require-ok"]) == 1
+    assert "1 of 2 cells are not ok" in capsys.readouterr().err
