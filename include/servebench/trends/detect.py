@@ -201,23 +201,15 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     nights = present[present >= start]
     if not len(nights) or nights[-1] != t:
         return None
-    # after a restart the noise need not be learnt again from scratch: the nights before it
-    # (the level before the change raised) tell the series' relative noise
-    prior = arr[present[present < start][-s.prior_nights:]]
-    prior_rel = _relative_noise(prior, binomial_n) if len(prior) >= s.min_baseline else None
-    needed = s.min_baseline if prior_rel is None else s.restart_baseline
+    prior, needed = restart_prior(arr, start, binomial_n, s)
     if len(nights) < needed + 1:
         return None
     offset = max(0, len(nights) - 1 - s.lookback)
     nights = nights[offset:]
     seg = arr[nights]
     n = len(seg)
-    sigma = _sigma(seg[:-1], binomial_n)
-    sigma_nights = n - 1
-    lean = prior_rel is not None and n - 1 < s.min_baseline  # on the nights before a restart
-    if lean:
-        sigma = max(sigma, prior_rel * abs(float(np.median(seg[:-1]))))
-        sigma_nights += len(prior)
+    sigma, sigma_nights = baseline_noise(seg[:-1], prior, binomial_n, s)
+    lean = sigma_nights > n - 1  # on the nights before a restart
     clean = clean_outliers(seg, sigma, s.outlier_sigmas)
     higher_worse = direction == "higher_is_worse"
 
@@ -244,17 +236,8 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     if not ks:
         return None
     if binomial_n is None:
-        # the noise itself may have changed lately: night-to-night changes over the last
-        # nights (robust to one step among them) that scatter far more than the baseline's
-        # (the same estimator on both sides: night-to-night scatter misreads a series whose
-        # nights alternate as noisier than its level says)
-        local = _mad(np.diff(seg[-s.local_nights:]))
-        usual = _mad(np.diff(seg[:-1]))
-        if usual > 0 and local > s.variance_ratio * usual:
-            sigma *= local / usual
-    min_rel = s.min_sigmas * sigma / abs(base) if base else math.inf
-    if binomial_n is None:
-        min_rel = max(min_rel, s.min_rel_change)
+        sigma *= recent_noise_factor(seg[-s.local_nights:], seg[:-1], s)
+    min_rel = smallest_change(sigma, base, binomial_n, s)
     if not _worth_a_look(clean, ks, sigma, s):
         return None
     # the evidence test with the change assumed k nights back: Otava (a few ms) runs only
@@ -283,9 +266,13 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
                   worse=(z > 0) == higher_worse, z=z)
 
 
+FIRST_LOOK = 0.8  # the first look asks this share of ``z_alert``
+
+
 def _worth_a_look(x: np.ndarray, ks: range, sigma: float, s: DetectorSettings) -> bool:
     """A cheap, permissive first look: does the mean of the last k nights, for any k in
-    ``ks``, stand near ``z_alert`` standard errors off the level before all of them?"""
+    ``ks``, stand near ``z_alert`` (``FIRST_LOOK`` of it) standard errors off the level
+    before all of them?"""
     if not ks:
         return False
     before = x[:len(x) - ks[-1]]
@@ -296,9 +283,8 @@ def _worth_a_look(x: np.ndarray, ks: range, sigma: float, s: DetectorSettings) -
     tail = x[len(x) - ks[-1]:]
     sums = np.cumsum(tail[::-1])
     for k in ks:
-        se = sigma * math.sqrt(autocorr_factor(rho, k) / k
-                               + 1.57 * autocorr_factor(rho, len(before)) / len(before))
-        if abs(sums[k - 1] / k - level) >= 0.8 * s.z_alert * se:
+        se = standard_error(sigma, sigma, rho, k, len(before))
+        if abs(sums[k - 1] / k - level) >= FIRST_LOOK * s.z_alert * se:
             return True
     return False
 
@@ -355,16 +341,9 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
     after[-1] = min(max(after[-1], others.min() - w), others.max() + w)
     mean = float(after.mean())
     rho = lag1_autocorr(before - level)
-    se = math.sqrt(autocorr_factor(rho, len(after)) * sigma_after ** 2 / len(after)
-                   + 1.57 * autocorr_factor(rho, len(before)) * sigma ** 2 / len(before))
-    z = (mean - level) / se
-    # sigma itself is estimated from the baseline (and the nights before a restart): on a
-    # short one, ask for more. A share's binomial sigma is known from its count, not
-    # estimated (asking more of it missed 5-point drops of 200 items: 47.8% found within a
-    # week against 60.9%, benchmarks/trends_replay.py, seed 7)
-    needed = s.z_alert if binomial_n else \
-        s.z_alert * math.sqrt(1 + 8 / (sigma_nights or len(before)))
-    if abs(z) < needed or abs(mean / level - 1) < min_rel:
+    z = (mean - level) / standard_error(sigma, sigma_after, rho, len(after), len(before))
+    if abs(z) < z_needed(s, binomial_n, sigma_nights or len(before)) \
+            or abs(mean / level - 1) < min_rel:
         return None
     # the nights after stand on the moved side: every one of up to four, all but one of more
     # (a small step is about a sigma: one night in eight back across the old level is usual)
@@ -388,6 +367,85 @@ def infer_binomial_n(values, max_n: int = 5000) -> int | None:
     counts = x[None, :] * ns
     fits = np.all(np.abs(counts - np.round(counts)) <= 1e-6 * ns, axis=1)
     return int(ns[np.argmax(fits), 0]) if fits.any() else None
+
+
+def restart_prior(values: np.ndarray, start: int, binomial_n: int | None,
+                  s: DetectorSettings) -> tuple[np.ndarray, int]:
+    """(the nights before ``start`` whose relative noise a restarted baseline borrows --
+    empty where they are too few to tell it --, how many nights from ``start`` on the
+    detector needs before it judges the series). After a restart the noise need not be
+    learnt again from scratch: the nights before it (the level before the change raised)
+    tell the series' relative noise."""
+    present = np.flatnonzero(~np.isnan(values))
+    prior = values[present[present < start][-s.prior_nights:]]
+    if len(prior) < s.min_baseline or _relative_noise(prior, binomial_n) is None:
+        return prior[:0], s.min_baseline
+    return prior, s.restart_baseline
+
+
+def baseline_noise(before: np.ndarray, prior: np.ndarray, binomial_n: int | None,
+                   s: DetectorSettings, nights: int | None = None) -> tuple[float, int]:
+    """(sigma of one night, how many nights it is learnt from) of the baseline ``before``:
+    its own noise (robust, or binomial); on a baseline of fewer than ``min_baseline``
+    ``nights`` (default: ``len(before)``) after a restart, at least the relative noise of
+    the ``prior`` nights (``restart_prior``) at its level, learnt from both."""
+    sigma = _sigma(before, binomial_n)
+    nights = len(before) if nights is None else nights
+    prior_rel = _relative_noise(prior, binomial_n) if len(prior) else None
+    if prior_rel is None or nights >= s.min_baseline:
+        return sigma, nights
+    return max(sigma, prior_rel * abs(float(np.median(before)))), nights + len(prior)
+
+
+def recent_noise_factor(recent: np.ndarray, usual: np.ndarray, s: DetectorSettings):
+    """How many times sigma grows because the noise itself changed lately: the night-to-night
+    changes of the ``recent`` nights (the last ``local_nights``; robust to one step among
+    them) against those of the ``usual`` ones (the baseline; the same estimator on both
+    sides: night-to-night scatter misreads a series whose nights alternate as noisier than
+    its level says), when they scatter ``variance_ratio`` times more; else 1. Series along
+    the last axis: 2-D arrays (one series a row) give one factor a row."""
+    local = _mads(np.diff(recent, axis=-1))
+    usual = _mads(np.diff(usual, axis=-1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where((usual > 0) & (local > s.variance_ratio * usual), local / usual, 1.0)
+    return float(factor) if np.ndim(factor) == 0 else factor
+
+
+def _mads(v: np.ndarray):
+    """``_mad`` along the last axis."""
+    return np.median(np.abs(v - np.median(v, axis=-1, keepdims=True)), axis=-1)
+
+
+def smallest_change(sigma, level: float, binomial_n: int | None, s: DetectorSettings):
+    """The smallest relative change the detector raises at ``level`` with per-night noise
+    ``sigma``: ``min_sigmas`` sigmas, and for a continuous metric never under
+    ``min_rel_change`` (a share keeps its binomial test). An array of ``sigma`` gives an
+    array."""
+    if not level:
+        return math.inf
+    min_rel = s.min_sigmas * np.asarray(sigma, dtype=float) / abs(level)
+    if not binomial_n:
+        min_rel = np.maximum(min_rel, s.min_rel_change)
+    return float(min_rel) if np.ndim(min_rel) == 0 else min_rel
+
+
+def standard_error(sigma: float, sigma_after, rho: float, after: int, before: int):
+    """The standard error of (the mean of ``after`` nights of noise ``sigma_after``) minus
+    (the median of the ``before`` baseline nights of noise ``sigma``), AR(1) at lag-1
+    autocorrelation ``rho`` (a median varies pi/2 times as much as a mean). An array of
+    ``sigma_after`` gives an array."""
+    se = np.sqrt(autocorr_factor(rho, after) * np.square(sigma_after) / after
+                 + 1.57 * autocorr_factor(rho, before) * sigma ** 2 / before)
+    return float(se) if np.ndim(se) == 0 else se
+
+
+def z_needed(s: DetectorSettings, binomial_n: int | None, sigma_nights: int) -> float:
+    """Standard errors a move must stand off its baseline. Sigma itself is estimated from
+    the baseline (and the nights before a restart, ``sigma_nights`` in all): on a short one,
+    ask for more. A share's binomial sigma is known from its count, not estimated (asking
+    more of it missed 5-point drops of 200 items: 47.8% found within a week against 60.9%,
+    benchmarks/trends_replay.py, seed 7)."""
+    return s.z_alert if binomial_n else s.z_alert * math.sqrt(1 + 8 / sigma_nights)
 
 
 def _relative_noise(x: np.ndarray, binomial_n: int | None) -> float | None:
