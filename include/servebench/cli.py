@@ -133,9 +133,9 @@ def _smoke(sweep: str | None, stacks: list[str] | None) -> int:
     return 0
 
 
-def _trends_replay(history_path: str, out: str) -> int:
+def _trends_replay(history_path: str, out: str, detectability: bool = False) -> int:
     from servebench.errors import HistoryError
-    from servebench.trends.replay import read_history, replay
+    from servebench.trends.replay import calibrate, calibration_summary, read_history, replay
 
     try:
         history = read_history(history_path)
@@ -147,6 +147,13 @@ def _trends_replay(history_path: str, out: str) -> int:
     worse = int((alerts["direction"] == "worse").sum())
     print(f"{len(history)} series: {len(alerts)} alerts ({worse} worse, "
           f"{len(alerts) - worse} better) -> {out}")
+    if detectability:
+        found = calibration_summary(calibrate(history, alerts=alerts))
+        print(f"what each series claims to catch, injected at {found['injected']} quiet nights "
+              f"({found['judged']} judged; {found['too_short']} too short, "
+              f"{found['none_caught']} catching no step): raised within three nights "
+              f"{found['raised']:.1%}, half that step {found['raised_half']:.1%}; median "
+              f"claim {found['median_step']:.1%}")
     return 0
 
 
@@ -343,9 +350,13 @@ def report(run_id: str):
 @trends_app.command("replay")
 def trends_replay(history: str = typer.Argument(..., help="Parquet: series_id, metric, "
                                                           "direction, night, date, value"),
-                  out: str = typer.Option(..., "--out", help="alerts CSV to write")):
+                  out: str = typer.Option(..., "--out", help="alerts CSV to write"),
+                  detectability: bool = typer.Option(
+                      False, help="also inject, at two quiet nights of each series, a worse "
+                                  "step of the size it claims to catch within three nights "
+                                  "(and half of it), and say how often each is raised")):
     """Replay a long-format history night by night through the nightly detector."""
-    raise typer.Exit(_trends_replay(history, out))
+    raise typer.Exit(_trends_replay(history, out, detectability))
 
 
 @trends_app.command("redetect")

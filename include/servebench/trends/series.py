@@ -25,6 +25,7 @@ from servebench.trends.detect import (
     detect,
     infer_binomial_n,
 )
+from servebench.trends.detectability import Detectability, detectability
 
 
 @dataclass(frozen=True)
@@ -99,10 +100,29 @@ def judge_series(values, metric: str, direction: Direction, *, start: int = 0,
     of (``detect.infer_binomial_n``; so too for a metric this suite does not define whose
     every value is such a proportion). The nightly task (``trends.nightly``) and the replay
     (``trends.replay``) both judge a series by this."""
-    if binomial_n is None and (metric == ACCURACY.column or metric not in BY_COLUMN):
-        binomial_n = infer_binomial_n(values)
     return detect(np.asarray(values, dtype=float), direction, start=start,
-                  binomial_n=binomial_n, settings=settings, same_night=same_night(metric))
+                  binomial_n=binomial_count(values, metric, binomial_n), settings=settings,
+                  same_night=same_night(metric))
+
+
+def series_detectability(values, metric: str, direction: Direction, *, start: int = 0,
+                         binomial_n: int | None = None,
+                         settings: DetectorSettings | None = None) -> Detectability | None:
+    """The smallest worse step the series ``values`` (nights 0..t) would raise within
+    ``min_nights_after`` nights from night t+1 on (``trends.detectability``), its noise read
+    as ``judge_series`` reads it (an accuracy series' binomial count, given or inferred)."""
+    return detectability(np.asarray(values, dtype=float), direction, start=start,
+                         binomial_n=binomial_count(values, metric, binomial_n),
+                         settings=settings)
+
+
+def binomial_count(values, metric: str, binomial_n: int | None) -> int | None:
+    """The item count behind a series' binomial noise: ``binomial_n`` where given; for an
+    accuracy series, or a metric this suite does not define, the count its values are whole
+    multiples of (``detect.infer_binomial_n``); else None (continuous noise)."""
+    if binomial_n is None and (metric == ACCURACY.column or metric not in BY_COLUMN):
+        return infer_binomial_n(values)
+    return binomial_n
 
 
 def metric_label(metric: str) -> str:
