@@ -85,6 +85,9 @@ def test_the_alert_floor_is_not_part_of_what_a_sweep_measured():
     data["trends"] = {"min_change": 1.5}
     with pytest.raises(SpecError, match=r"trends\.min_change"):
         parse_sweep(data, "c.yaml")
+    data["trends"] = {"detect_at_least": 0}
+    with pytest.raises(SpecError, match=r"c\.yaml: field trends\.detect_at_least"):
+        parse_sweep(data, "c.yaml")
 
 
 def test_the_docs_hold_the_spec_reference_as_printed():

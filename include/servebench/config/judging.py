@@ -43,6 +43,16 @@ class TrendsSpec(_Strict):
         description="smallest relative change of a perf metric worth an alert, on top of each "
                     "series' own noise (accuracy keeps its binomial test); raise it where the "
                     "host's own speed wanders, e.g. 0.2 on a shared VM")
+    detect_at_least: float = Field(
+        0.10, gt=0, lt=1,
+        description="the worse step each perf series should catch within three nights "
+                    "(0.10: 10%); the digest lists the series whose own noise cannot "
+                    "(trends.detectability)")
+    detect_accuracy_drop: float = Field(
+        5.0, gt=0, le=100,
+        description="the same for golden-set accuracy, in points: its noise is set by the "
+                    "golden set's size, not the cells', and a relative step means different "
+                    "drops at different levels (10% of 97% is 9.7 points)")
 
 
 class CrossStackGroup(_Strict):

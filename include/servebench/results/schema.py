@@ -8,6 +8,9 @@ Tables
   regressions  one row per alert the night raised (servebench.trends): regressions and
             improvements found in the history, cells newly failing, quality-gate failures;
             written by the DAG's detect task after the run is published
+  detectability  one row per series the night judged: its noise and the smallest worse
+            step it catches within three nights (servebench.trends.detectability); written
+            with regressions
   units     one row per (target, variant) run: where, and its wall time per phase
   hosts     one row per instance the run paid for: launch to terminate, price, cost
   reaped    one row per instance the instance_janitor DAG terminated (run_id: the run that
@@ -281,6 +284,30 @@ REGRESSIONS = pa.schema(
     ]
 )
 
+# what each series the night judged can catch (servebench.trends.detectability), beside the
+# alerts: one row per series with a value that night
+DETECTABILITY = pa.schema(
+    _base()
+    + [
+        _f("series_id", _STR),
+        _f("target", _STR),
+        _f("stack", _STR),
+        _f("variant", _STR),
+        _f("workload", _STR),  # null for a variant's series (accuracy, memory)
+        _f("load_point", _STR),
+        _f("metric", _STR),
+        _f("nights", _I32),  # baseline nights it is judged against (after a restart: since)
+        _f("level", _F64),  # their median
+        _f("noise", _F64),  # robust per-night sigma (binomial for accuracy)
+        _f("autocorr", _F64),  # lag-1 autocorrelation of the nights
+        _f("binomial_n", _I32),  # accuracy: the golden set's item count
+        # the smallest worse step (relative: 0.06 = 6%) the detector raises within three
+        # nights at least 90% of the time; inf: none; null: too few nights to judge yet
+        _f("detectable", _F64),
+        _f("goal", _F64),  # the sweep's trends.detect_at_least for it, relative
+    ]
+)
+
 REAPED = pa.schema(
     _base()
     + [
@@ -382,6 +409,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "evals": ("schema_version", "run_id", "run_date", "target", "variant", "golden_set", "item_id"),
     "regressions": ("schema_version", "run_id", "run_date", "series_id", "target", "metric",
                     "kind"),
+    "detectability": ("schema_version", "run_id", "run_date", "series_id", "metric"),
     "reaped": ("schema_version", "run_date", "reaped_at", "instance_id", "reason"),
     "units": ("schema_version", "run_id", "run_date", "unit_id", "target", "variant"),
     "hosts": ("schema_version", "run_id", "run_date", "host", "target"),
@@ -400,7 +428,8 @@ def _finish(name: str, schema: pa.Schema) -> pa.Schema:
 TABLES: dict[str, pa.Schema] = {
     name: _finish(name, s)
     for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS,
-                    "regressions": REGRESSIONS, "reaped": REAPED, "units": UNITS,
+                    "regressions": REGRESSIONS, "detectability": DETECTABILITY,
+                    "reaped": REAPED, "units": UNITS,
                     "hosts": HOSTS, "gate_verdicts": GATE_VERDICTS}.items()
 }
 RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS, REAPED, UNITS, HOSTS = (

@@ -16,14 +16,18 @@ from servebench.trends.series import nightly_runs
 
 def judge_night(summary: dict, settings: Settings) -> dict:
     """Compare the published night (``summary``: its ``run_id``, ``run_date``) with the nights
-    before it; attach what it raises to the run as its ``regressions`` table (replacing an
-    earlier judgement of the same run). The summary with its alert counts."""
+    before it; attach what it raises to the run as its ``regressions`` table, and what each
+    series can catch from tomorrow on as its ``detectability`` table (replacing an earlier
+    judgement of the same run). The summary with its alert counts."""
     store, run_id = open_store(settings), summary["run_id"]
     annotations = load_annotations(settings.resolve(settings.annotations))
-    rows = [{"run_id": run_id, "run_date": summary["run_date"], **row}
-            for row in detect_night(store, run_id, annotations=annotations)]
-    store.attach(run_id, summary["run_date"], {"regressions": rows_to_table("regressions", rows)})
-    kinds = [r["kind"] for r in rows]
+    judged = detect_night(store, run_id, annotations=annotations)
+    ids = {"run_id": run_id, "run_date": summary["run_date"]}
+    store.attach(run_id, summary["run_date"], {
+        name: rows_to_table(name, [{**ids, **row} for row in rows])
+        for name, rows in (("regressions", judged.alerts),
+                           ("detectability", judged.detectability))})
+    kinds = [r["kind"] for r in judged.alerts]
     return {**summary, "alerts": {k: kinds.count(k) for k in sorted(set(kinds))}}
 
 

@@ -34,6 +34,7 @@ import json
 import logging
 import math
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -50,12 +51,14 @@ from servebench.trends.attribution import (
 )
 from servebench.trends.detect import DetectorSettings, noise_sigma
 from servebench.trends.series import (
+    ACCURACY,
     BY_COLUMN,
     CELL_KEY,
     build_series,
     judge_series,
     metric_label,
     nightly_runs,
+    series_detectability,
     series_id,
 )
 
@@ -70,12 +73,21 @@ HOST_SHARE = 0.5  # a sibling variant moved the same way by 0.5x to 2x as much
 HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nights
 
 
+class Judged(NamedTuple):
+    """What the detect task attaches to a night: its ``regressions`` rows (the alerts) and
+    its ``detectability`` rows (what each series it judged can catch from tomorrow on)."""
+
+    alerts: list[dict]
+    detectability: list[dict]
+
+
 def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
-                 settings: DetectorSettings | None = None) -> list[dict]:
-    """Rows for the ``regressions`` table of committed run ``run_id``, judged with
-    ``settings`` (default: the detector's, with the run's sweep's ``trends`` floor)."""
+                 settings: DetectorSettings | None = None) -> Judged:
+    """The ``regressions`` and ``detectability`` rows of committed run ``run_id``, judged
+    with ``settings`` (default: the detector's, with the run's sweep's ``trends`` floor)."""
     runs, cells, series = load_history(store, run_id)
-    s = settings or detector_settings(runs["spec_json"].iloc[-1])
+    spec_json = runs["spec_json"].iloc[-1]
+    s = settings or detector_settings(spec_json)
     tonight = int(runs["night"].iloc[-1])
     run_ids = runs["run_id"].tolist()
     earlier = store.read_table("regressions", run_ids=run_ids[:-1]).to_pandas()
@@ -87,6 +99,7 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
     annotations = list(annotations)
 
     rows: list[dict] = []
+    judged: list[tuple[dict, np.ndarray, int, int | None]] = []
     for sid, group in series.groupby("series_id", sort=True):
         if group["night"].iloc[-1] != tonight:
             continue  # no ok value tonight: nothing to judge (newly_failing says why)
@@ -96,8 +109,10 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
         start = max(int(alerted.get(sid, 0)),
                     reset_night(annotations, first, dates))
         n = group["binomial_n"].dropna()
+        count = int(n.iloc[-1]) if len(n) else None
+        judged.append((first, values, start, count))
         change = judge_series(values, first["metric"], first["direction"], start=start,
-                              binomial_n=int(n.iloc[-1]) if len(n) else None, settings=s)
+                              binomial_n=count, settings=s)
         if change is None:
             continue
         if change.drastic and first["metric"] in TYPICAL and not _corroborated(
@@ -139,16 +154,53 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
     _group(rows)
     log.info("detect %s: %d alerts (%s)", run_id, len(rows),
              pd.Series([r["kind"] for r in rows], dtype=str).value_counts().to_dict())
-    return rows
+    return Judged(rows, _detectability(judged, rows, night_of, _trends(spec_json), s))
+
+
+def _detectability(judged: list[tuple[dict, np.ndarray, int, int | None]],
+                   alerts: list[dict], night_of: dict[str, int], trends: TrendsSpec,
+                   s: DetectorSettings) -> list[dict]:
+    """A ``detectability`` row for each series judged tonight: what it can catch from
+    tomorrow on, its baseline starting where the detector's will (after a change raised
+    tonight, at its night), and the step the sweep asks it to catch (``goal``)."""
+    restarted = {r["series_id"]: night_of[r["change_run_id"]] for r in alerts
+                 if r["kind"] in MOVES}
+    out = []
+    for first, values, start, count in judged:
+        sid = first["series_id"]
+        found = series_detectability(values, first["metric"], first["direction"],
+                                     start=max(start, restarted.get(sid, start)),
+                                     binomial_n=count, settings=s)
+        level = found.level if found else float(values[-1])
+        out.append({"series_id": sid, **_where(first), "metric": first["metric"],
+                    "nights": found.nights if found else None, "level": level,
+                    "noise": found.sigma if found else None,
+                    "autocorr": found.rho if found else None,
+                    "binomial_n": count, "detectable": found.step if found else None,
+                    "goal": detect_goal(trends, first["metric"], level)})
+    return out
+
+
+def detect_goal(trends: TrendsSpec, metric: str, level: float) -> float | None:
+    """The worse step, relative to ``level``, the sweep asks a series of ``metric`` to catch
+    within three nights: ``trends.detect_at_least``; for accuracy its
+    ``detect_accuracy_drop`` points at that level."""
+    if metric != ACCURACY.column:
+        return trends.detect_at_least
+    return trends.detect_accuracy_drop / 100 / level if level else None
 
 
 def detector_settings(spec_json: str | None) -> DetectorSettings:
     """The detector's settings for a run of the sweep whose spec is ``spec_json``: the
     measured defaults, with the sweep's ``trends.min_change`` as the smallest change raised."""
-    spec = json.loads(spec_json) if isinstance(spec_json, str) and spec_json else {}
-    trends = TrendsSpec.model_validate(spec.get("trends") or {})
     return dataclasses.replace(DetectorSettings(), min_rel_change=max(
-        DetectorSettings.min_rel_change, trends.min_change))
+        DetectorSettings.min_rel_change, _trends(spec_json).min_change))
+
+
+def _trends(spec_json: str | None) -> TrendsSpec:
+    """The ``trends`` section of a run's stored spec (its defaults where it has none)."""
+    spec = json.loads(spec_json) if isinstance(spec_json, str) and spec_json else {}
+    return TrendsSpec.model_validate(spec.get("trends") or {})
 
 
 def load_history(store: ResultStore, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame,

@@ -489,10 +489,10 @@ def test_the_sweeps_alert_floor_silences_changes_below_it(history):
     store, _, _ = history
     alerts = store.read_table("regressions").to_pandas()
     run_id = alerts[alerts["kind"] == "regression"]["run_id"].iloc[0]  # the morning it came
-    assert any(r["kind"] == "regression" for r in detect_night(store, run_id))
+    assert any(r["kind"] == "regression" for r in detect_night(store, run_id).alerts)
     floor = detector_settings('{"trends": {"min_change": 0.2}}')
     assert floor.min_rel_change == 0.2
-    assert not [r for r in detect_night(store, run_id, settings=floor)
+    assert not [r for r in detect_night(store, run_id, settings=floor).alerts
                 if r["kind"] == "regression"]
     # older runs (no trends section) and a floor under the measured default keep the default
     assert detector_settings(None).min_rel_change == detector_settings(
@@ -556,3 +556,24 @@ def test_measuring_code_covers_the_adapter_and_provisioner_and_moves_with_their_
     assert moved["loadgen/client.py"] != files["loadgen/client.py"]
     assert moved["workloads.py"] == files["workloads.py"]
     provenance.measuring_code.cache_clear()
+
+
+def test_each_night_stores_what_each_series_can_catch(history, day0):
+    """The detect task attaches a ``detectability`` row per series judged: at 1% noise a
+    series catches a step of a few percent within three nights; none before it has the nights
+    to be judged, nor just after its change was raised (its baseline restarts there)."""
+    store, summaries, _ = history
+    rows = store.read_table("detectability").to_pandas()
+    last = rows[rows["run_id"] == summaries[-1]["run_id"]].set_index(["variant", "metric"])
+    tput = last.loc[("q4", "output_throughput")]
+    assert 0.02 < tput["detectable"] < 0.07, tput
+    assert tput["goal"] == 0.10 and tput["nights"] == 30
+    assert 0.005 < tput["noise"] / tput["level"] < 0.02
+    # accuracy is asked its drop in points (trends.detect_accuracy_drop: 5) at its level
+    assert last.loc[("q4", "accuracy"), "goal"] == pytest.approx(0.05 / 0.9)
+    assert rows[rows["run_date"] < day0 + dt.timedelta(days=9)]["detectable"].isna().all()
+    raised = store.read_table("regressions").to_pandas()
+    raised = raised[raised["kind"] == "regression"].iloc[0]
+    that_night = rows[(rows["run_id"] == raised["run_id"])
+                      & (rows["series_id"] == raised["series_id"])]
+    assert that_night["detectable"].isna().all(), that_night
