@@ -8,12 +8,14 @@ failing cells, host changes, gate failures), the quality-gate verdicts of the la
 each sweep, the release gates' verdicts of the last weeks (``gate_verdicts``; one that needed
 a person says who decided what, and when) and, per target, trend panels over the last nights
 (``notify.panels``: one per workload x load point, a line per variant, each night's value,
-run and what changed on hover, change nights marked), narrowed by a form (target, variant,
+run and what changed on hover, change nights marked, what each line catches within three
+nights under it), narrowed by a form (target, variant,
 workload, load point, metric, nights), and the latest night's latency vs throughput curve of
 each variant across its load points. Each raised line is built as HTML and links to its
 page (``render_finding``: the series' chart with the noise band, before -> after, the
-provenance of the runs on either side of the change, both runs' reports; for a newly failing
-cell or a gate failure, its nights and what it measured); two runs can be put side by side
+provenance of the runs on either side of the change, both runs' reports, what the series
+caught within three nights before it; for a newly failing cell or a gate failure, its nights
+and what it measured); two runs can be put side by side
 (``render_compare``, what ``servebench compare`` prints). Every value from a run is escaped;
 the charts are inline SVG and PNG, so the pages work inside the UI's iframe and behind a
 proxy alike, with nothing fetched at view time.
@@ -149,11 +151,13 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
         # every change its nights raised, so an older one in the charts' range is marked too
         sweep_alerts = store.read_table("regressions",
                                         run_ids=nights["run_id"].tolist()).to_pandas()
+        catches = store.read_table("detectability", run_ids=[r["run_id"]]).to_pandas()
         shown = view.select(series)
         for target in sorted(shown["target"].dropna().unique()):
             panels = [html for metric in view.metrics()
                       if (html := trend_panels(shown, target, metric, sweep_alerts,
-                                               nights=view.nights or NIGHTS_SHOWN))]
+                                               nights=view.nights or NIGHTS_SHOWN,
+                                               detectability=catches))]
             tonight = cells[cells["run_id"] == r["run_id"]]
             curve = latency_throughput_chart(view.select(tonight), target)
             if panels or curve:
@@ -278,11 +282,30 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
         out.append(f"<tr><td>{escape(label)}</td><td class='num'>{before}</td>"
                    f"<td class='num'>{after}</td><td class='num'>{delta}</td></tr>")
     out.append(f"<tr><td>noise (σ of the nights before)</td><td class='num'>"
-               f"{_num(noise, '.3g')}</td><td></td><td></td></tr></table>")
+               f"{_num(noise, '.3g')}</td><td></td><td></td></tr>")
+    out.append(_catches_row(store, points, [sides[0].get("run_id") if sides else None,
+                                            run_id]))
+    out.append("</table>")
     if sides:
         out += _provenance(sides, cells_of)
     out.append("</body></html>")
     return "\n".join(out)
+
+
+def _catches_row(store: ResultStore, points: pd.DataFrame, run_ids: list) -> str:
+    """A finding's table row: what its series caught within three nights as judged the
+    night before the change (what it could see coming) and on the night that raised it
+    (``detectability``; its baseline restarts at a change raised)."""
+    from servebench.notify.detectable import WITHIN, step_text
+
+    if points.empty:
+        return ""
+    found = store.read_table("detectability", run_ids=[r for r in run_ids if r]).to_pandas()
+    found = found[found["series_id"] == points["series_id"].iloc[0]]
+    said = [escape(step_text(mine.iloc[0].to_dict())) if not mine.empty else "-"
+            for mine in (found[found["run_id"] == r] for r in run_ids)]
+    return (f"<tr><td>{WITHIN} (the night before, the night raised)</td>"
+            f"<td class='num'>{said[0]}</td><td class='num'>{said[1]}</td><td></td></tr>")
 
 
 def _charted(series: pd.DataFrame, alert: dict) -> tuple[pd.DataFrame, dict]:

@@ -280,3 +280,32 @@ def test_a_release_gate_whose_quality_was_not_judged_says_so(tmp_path):
                      rows_to_table("gate_verdicts", verdict_rows(decision, "gate-bare", now)))
     [row] = (r for r in render_board(store).splitlines() if "<code>gate-bare" in r)
     assert "<td>quality: not judged</td>" in row and "not_judged" not in row
+
+
+def test_each_trend_line_says_what_it_catches_within_three_nights(store):
+    """Under each panel, each variant's series says the smallest worse step it would catch
+    within three nights (from the latest night's ``detectability``); q4's TTFT p95, whose
+    baseline restarted at its change 10 nights before, is judged again."""
+    import re
+
+    trends = render_board(store).split("id='trends'")[1]
+    captions = re.findall(r"<figcaption>(.*?)</figcaption>", trends)
+    assert len(captions) == 2, captions  # one panel (w · c1) per metric
+    for caption in captions:
+        said = re.findall(r"</i>(\w+) catches &gt;= ([\d.]+)%</span>", caption)
+        assert [v for v, _ in said] == ["f16", "q4"], caption
+        assert all(1 < float(pct) < 10 for _, pct in said), caption  # 1% noise a night
+        assert "blind" not in caption  # each catches the sweep's 10%
+
+
+def test_a_findings_page_says_what_its_series_caught_before_the_change(store):
+    import re
+
+    from servebench.board import render_finding
+
+    alerts = store.read_table("regressions").to_pandas()
+    regression = alerts[alerts["kind"] == "regression"].iloc[0]
+    page = render_finding(store, regression["run_id"], regression["series_id"])
+    row = page.split("<td>within 3 nights (the night before, the night raised)</td>")[1]
+    before, raised = re.findall(r"<td class='num'>([^<]*)</td>", row)[:2]
+    assert before.startswith("catches &gt;= ") and raised == "too few nights to judge yet"

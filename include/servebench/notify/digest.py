@@ -475,13 +475,16 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                   regressions: pd.DataFrame | None = None,
                   charts: dict[str, str] | None = None,
                   levers: list[dict] | None = None, airflow_url: str | None = None,
-                  reaped: list[dict] | None = None, missing: list | None = None) -> str:
+                  reaped: list[dict] | None = None, missing: list | None = None,
+                  blind: list[str] | None = None) -> str:
     """Markdown digest of one run: header, what changed since the nights before (when the
     detect task ran), a table per target, then invalid/failed cells, then the instances the
     janitor had to terminate since the last digest (``reaped`` rows). ``charts`` maps a
     series_id or ``target:<name>`` to a PNG beside the digest; ``airflow_url`` (the UI's base
     URL) links the run and each change's night; ``missing``: the scheduled nights since the
-    last one that have no committed run (``trends.series.missing_nights``)."""
+    last one that have no committed run (``trends.series.missing_nights``); ``blind``: the
+    lines saying which series cannot catch the sweep's step (``notify.detectable``), after
+    the alerts."""
     charts = charts or {}
     out = _header(run, cells, results_uri, airflow_url)
     if missing:
@@ -493,6 +496,7 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         out.insert(3, "")
     if regressions is not None:
         out += regression_lines(regressions, charts, airflow_url, run.get("dag_id"))
+    out += blind or []
     records = cell_records(cells)
     if not records:
         return "\n".join(out + ["", "_No cells in this run._"]) + "\n"

@@ -2,7 +2,7 @@
 no script, no external asset), for a person who opens it from S3 or a shared folder.
 
 Sections: the run and its provenance, what changed since the nights before (with each change's
-chart), the summary table, the quality gate, invalid and failed cells, and each variant's
+chart), the series that cannot catch the sweep's ``trends.detect_at_least``, the summary table, the quality gate, invalid and failed cells, and each variant's
 launch command, engine version and model file. Built with the standard library's escaping;
 every value that came from a run is escaped.
 """
@@ -15,6 +15,7 @@ from html import escape
 
 import pandas as pd
 
+from servebench.notify.detectable import blind_lines
 from servebench.notify.digest import (
     DIGEST_COLUMNS,
     KIND_TITLES,
@@ -94,10 +95,13 @@ def _lever_table(rows: list[dict]) -> str:
 
 def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
                   regressions: pd.DataFrame | None, pngs: dict[str, bytes],
-                  levers: list[dict] | None = None, airflow_url: str | None = None) -> str:
+                  levers: list[dict] | None = None, airflow_url: str | None = None,
+                  detectability: pd.DataFrame | None = None) -> str:
     """The report's HTML. ``pngs`` maps a series_id or ``target:<name>`` to a chart; with
     ``airflow_url`` (the UI's base URL) each raised line links its page in the Benchmarks
-    view (absolute: the report is also read as a file, outside the view)."""
+    view (absolute: the report is also read as a file, outside the view);
+    ``detectability``: the night's table, the series that cannot catch the sweep's step
+    named after the alerts."""
     sweep = fmt_text(run.get("sweep_name"))
     date = fmt_text(run.get("run_date"))
     out = [f"<!doctype html><html><head><meta charset='utf-8'>"
@@ -132,6 +136,11 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
         out.append("</ul>")
     if not shown:
         out.append("<p>No regressions, improvements, newly failing cells or host changes.</p>")
+    blind = blind_lines(detectability, markdown=False)
+    if blind:
+        out += ["<h2>What the series cannot see</h2>", f"<p>{blind[0]}</p>"]
+        if blind[1:]:
+            out += ["<ul>", *[f"<li>{item}</li>" for item in blind[1:]], "</ul>"]
 
     records = cell_records(cells)
     for target in dict.fromkeys(fmt_text(r.get("target")) for r in records):

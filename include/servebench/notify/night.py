@@ -13,6 +13,7 @@ from servebench.defaults import NIGHTLY_DAG_ID, NIGHTLY_SCHEDULE
 from servebench.janitor import recently_reaped
 from servebench.levers import lever_rows
 from servebench.notify.charts import latency_throughput_chart, trend_chart
+from servebench.notify.detectable import blind_lines
 from servebench.notify.digest import render_digest
 from servebench.notify.html import render_report, report_path
 from servebench.notify.notifier import Notifier, announce
@@ -69,6 +70,7 @@ class Night:
     pngs: dict[str, bytes]
     levers: list[dict]
     missing: list  # the scheduled nights since the last one that have no committed run
+    detectability: pd.DataFrame  # what each series judged can catch (trends.detectability)
 
     @classmethod
     def load(cls, store: ResultStore, run_id: str) -> Night:
@@ -83,7 +85,8 @@ class Night:
         missing = (missing_nights(store.read_table("runs").to_pandas(), run, NIGHTLY_SCHEDULE)
                    if run.get("dag_id") == NIGHTLY_DAG_ID else [])  # only it has a schedule
         return cls(run_id, run_date, cells, run, regressions, charts, files, pngs,
-                   lever_rows(cells, requests), missing)
+                   lever_rows(cells, requests), missing,
+                   store.read_table("detectability", run_ids=[run_id]).to_pandas())
 
     def put_report(self, store: ResultStore, airflow_url: str | None = None) -> str:
         """The HTML report, beside the results (its raised lines linking their pages in the
@@ -91,7 +94,8 @@ class Night:
         return store.put_text(
             report_path(self.run_date, self.run_id),
             render_report(self.cells, self.run, store.uri, self.regressions, self.pngs,
-                          self.levers, airflow_url=airflow_url))
+                          self.levers, airflow_url=airflow_url,
+                          detectability=self.detectability))
 
     def tell(self, store: ResultStore, notifier: Notifier | None, *,
              airflow_url: str | None = None) -> str:
@@ -99,7 +103,8 @@ class Night:
         the digest announced; where it went (a failed announcement said, not raised)."""
         markdown = render_digest(self.cells, self.run, store.uri, self.regressions,
                                  self.charts, self.levers, airflow_url=airflow_url,
-                                 reaped=recently_reaped(store), missing=self.missing)
+                                 reaped=recently_reaped(store), missing=self.missing,
+                                 blind=blind_lines(self.detectability))
         where = store.put_text(f"digests/date={self.run_date}/{encode_run_id(self.run_id)}.md",
                                markdown)
         log.info("report: %s", self.put_report(store, airflow_url))

@@ -1,7 +1,8 @@
 """Trend panels the browser can read: inline SVG small multiples for the Benchmarks view -- one
 panel per workload x load point of a target's metric, a line per variant, each night a point
 whose hover shows its date, value, run and, on a change night, what changed; the change nights
-marked with their kind and cause.
+marked with their kind and cause; under each panel, what each variant's series catches within
+three nights (``notify.detectable``), one that cannot catch the sweep's step marked.
 
 Why hand-written SVG and not a charting library: the view must work offline inside Airflow's
 iframe with nothing fetched at view time, and a hover needs no script at all -- an SVG
@@ -16,6 +17,7 @@ from html import escape
 
 import pandas as pd
 
+from servebench.notify.detectable import WITHIN, goal_words, misses_goal, step_text
 from servebench.trends.nightly import MOVES
 from servebench.trends.series import metric_label
 
@@ -28,9 +30,11 @@ KIND_COLORS = {"regression": "#c0392b", "improvement": "#1e8449", "host_change":
 
 
 def trend_panels(series: pd.DataFrame, target: str, metric: str,
-                 alerts: pd.DataFrame | None = None, nights: int = 45) -> str:
+                 alerts: pd.DataFrame | None = None, nights: int = 45,
+                 detectability: pd.DataFrame | None = None) -> str:
     """The panels of ``target``'s ``metric`` (``series`` in SERIES_COLUMNS) over its last
-    ``nights`` nights, with a shared legend of its variants; "" when there is nothing."""
+    ``nights`` nights, with a shared legend of its variants and, from the latest night's
+    ``detectability`` table, what each line catches; "" when there is nothing."""
     data = series[(series["target"] == target) & (series["metric"] == metric)]
     data = data.dropna(subset=["value"])
     if data.empty:
@@ -40,17 +44,50 @@ def trend_panels(series: pd.DataFrame, target: str, metric: str,
     variants = sorted(data["variant"].dropna().astype(str).unique())
     color = {v: COLORS[i % len(COLORS)] for i, v in enumerate(variants)}
     changes = _changes(alerts, target, metric, dates[0])
+    catches = _catches(detectability, target, metric)
     panels = []
     for (workload, point), panel in data.groupby(["workload", "load_point"], dropna=False,
                                                  sort=True):
         where = " · ".join(str(p) for p in (workload, point) if pd.notna(p)) or "variant"
-        panels.append(_panel(panel, where, dates, color, changes, metric))
+        caption = _caption([catches.get((v, _key(workload), _key(point))) for v in
+                            sorted(panel["variant"].dropna().astype(str).unique())], color)
+        panels.append(f"<figure class='panel'>{_panel(panel, where, dates, color, changes, metric)}"
+                      f"{caption}</figure>")
     legend = "".join(f"<span class='key'><i style='background:{color[v]}'></i>"
                      f"{escape(v)}</span>" for v in variants)
     return (f"<div class='panels' data-target='{escape(target, quote=True)}' "
             f"data-metric='{escape(metric, quote=True)}'><div class='legend'>"
             f"<strong>{escape(metric_label(metric))}</strong> {legend}</div>"
             + "".join(panels) + "</div>")
+
+
+def _key(value):
+    return None if pd.isna(value) else value
+
+
+def _catches(detectability: pd.DataFrame | None, target: str,
+             metric: str) -> dict[tuple, dict]:
+    """(variant, workload, load point) -> its series' ``detectability`` row."""
+    if detectability is None or detectability.empty:
+        return {}
+    mine = detectability[(detectability["target"] == target)
+                         & (detectability["metric"] == metric)]
+    blind = misses_goal(mine)
+    return {(r["variant"], _key(r["workload"]), _key(r["load_point"])): {**r, "blind": b}
+            for r, b in zip(mine.to_dict("records"), blind, strict=True)}
+
+
+def _caption(rows: list[dict | None], color: dict) -> str:
+    """``within 3 nights: f16 catches >= 6% · q4 catches >= 23%`` (one that cannot catch the
+    sweep's step marked)."""
+    said = []
+    for row in (r for r in rows if r):
+        title = (f" title='cannot catch the sweep&#39;s {escape(goal_words(row))} "
+                 f"{WITHIN}'" if row["blind"] else "")
+        said.append(f"<span class='catches{' blind' * bool(row['blind'])}'{title}>"
+                    f"<i style='background:{color[str(row['variant'])]}'></i>"
+                    f"{escape(str(row['variant']))} {escape(step_text(row))}</span>")
+    return f"<figcaption>{WITHIN}: {' · '.join(said)}</figcaption>" if said else ""
 
 
 def _changes(alerts: pd.DataFrame | None, target: str, metric: str,
@@ -147,4 +184,8 @@ svg.panel .title { font: 11px system-ui, sans-serif; fill: #1f2933; }
 svg.panel .tick { font: 9px system-ui, sans-serif; fill: #6b7785; }
 svg.panel .axis { stroke: #ccd; } svg.panel .change { stroke-dasharray: 4 3; stroke-width: 1.4; }
 svg.panel circle.night:hover { r: 4.5; }
+figure.panel { display: inline-block; margin: 4px 6px 4px 0; vertical-align: top; }
+figure.panel svg.panel { margin: 0; } figure.panel figcaption { font-size: 11px;
+max-width: 330px; color: #3e4c59; } figure.panel .catches i { display: inline-block;
+width: 8px; height: 8px; margin-right: 3px; } .catches.blind { color: #c0392b; }
 """

@@ -577,3 +577,27 @@ def test_each_night_stores_what_each_series_can_catch(history, day0):
     that_night = rows[(rows["run_id"] == raised["run_id"])
                       & (rows["series_id"] == raised["series_id"])]
     assert that_night["detectable"].isna().all(), that_night
+
+
+def test_the_digest_and_report_say_which_series_cannot_see_the_sweeps_step(history,
+                                                                          monkeypatch):
+    """Every series of the synthetic sweep (1% noise) catches the default 10% within three
+    nights, and the digest says so in a line; a sweep asking for 1% hears which cannot."""
+    from pathlib import Path
+
+    from servebench.notify.detectable import blind_lines
+    from servebench.pipeline import send_digest
+
+    store, summaries, _ = history
+    monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
+    where = Path(send_digest(summaries[-1]).split(" and ")[0])
+    text = where.read_text()
+    assert "## What the series cannot see" in text
+    assert ("_All 6 series judged catch a worse step of 10% (accuracy: a 5-point drop) "
+            "within 3 nights._") in text
+    report = next(where.parent.parent.parent.glob("reports/date=*/*.html")).read_text()
+    assert "<h2>What the series cannot see</h2>" in report
+    rows = store.read_table("detectability", run_ids=[summaries[-1]["run_id"]]).to_pandas()
+    strict = blind_lines(rows.assign(goal=0.01))
+    assert strict[3].startswith("_4 of 6 series cannot catch a worse step of 1%"), strict
+    assert strict[5].startswith("- `t / ") and "catches >= " in strict[5]
