@@ -359,6 +359,48 @@ def trends_replay(history: str = typer.Argument(..., help="Parquet: series_id, m
     raise typer.Exit(_trends_replay(history, out, detectability))
 
 
+@trends_app.command("sizing")
+def trends_sizing(run_id: str = typer.Option(None, "--run-id",
+                                              help="a committed run (default: the newest "
+                                                   "with detectability rows)"),
+                  all_cells: bool = typer.Option(False, "--all",
+                                                 help="also the series that already catch "
+                                                      "their goal")):
+    """How many requests each cell needs for its series to catch the sweep's
+    detect_at_least (trends.sizing: its night noise split into sampling and launch noise)."""
+    raise typer.Exit(_trends_sizing(run_id, all_cells))
+
+
+def _trends_sizing(run_id: str | None, all_cells: bool) -> int:
+    from servebench.connections import open_store
+    from servebench.trends.sizing import size_cells
+
+    store = open_store(get_settings())
+    found = store.read_table("detectability", columns=["run_id", "run_date"]).to_pandas()
+    if run_id is None:
+        if found.empty:
+            print("no committed run has detectability rows yet (the detect task writes them "
+                  "once a series has enough nights)", file=sys.stderr)
+            return 1
+        run_id = found.sort_values(["run_date", "run_id"]).iloc[-1]["run_id"]
+    rows = store.read_table("detectability", run_ids=[run_id]).to_pandas()
+    if rows.empty:
+        raise click.BadParameter(f"run {run_id!r} has no detectability rows", param_hint="--run-id")
+    sizes = size_cells(rows, store.read_table("cells", run_ids=[run_id]).to_pandas(),
+                       store.read_table("requests", run_ids=[run_id]).to_pandas())
+    table = Table("cell", "metric", "n", "catches", "goal", "night", "sampling", "launch",
+                  "to catch the goal", title=f"requests to catch detect_at_least, {run_id}")
+    for size in sizes:
+        if size.detectable <= size.goal and not all_cells:
+            continue
+        table.add_row(f"{size.target}/{size.variant}/{size.workload}/{size.load_point}",
+                      size.metric, str(size.requests), f"{size.detectable:.1%}",
+                      f"{size.goal:.0%}", f"{size.night_noise:.1%}",
+                      f"{size.sampling_noise:.1%}", f"{size.launch_noise:.1%}", size.reason)
+    console.print(table)
+    return 0
+
+
 @trends_app.command("redetect")
 def trends_redetect(sweep: str = typer.Argument(..., help="the sweep's name (its `name:`)"),
                     dag: str = typer.Option(NIGHTLY_DAG_ID, "--dag", help="DAG id"),
