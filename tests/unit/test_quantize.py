@@ -17,12 +17,12 @@ from servebench.bench.rows import cell_identity
 from servebench.config import parse_sweep
 from servebench.errors import PlanError, SpecError
 from servebench.pipeline import bench_unit, plan_run, quantize_recipes
-from servebench.provision.local import LocalProvisioner
-from servebench.stacks import get_stack
 from servebench.plan import Plan
+from servebench.provision.local import LocalProvisioner
 from servebench.quantize.inputs import checkpoint_for
 from servebench.results.store import ResultStore
 from servebench.settings import PROJECT_ROOT
+from servebench.stacks import get_stack
 from servebench.stacks.vllm import cpu_recipe_problems, cpu_recipe_refusals
 from servebench.trends.attribution import NOTHING_CHANGED, recorded_change
 

@@ -85,11 +85,10 @@ def test_the_cli_says_what_each_cell_needs(tmp_path, monkeypatch, capsys):
     its noise split and the requests (and seconds) that would reach it."""
     import datetime as dt
 
+    from servebench import cli
     from servebench.cli import main
     from servebench.results.schema import rows_to_table
     from servebench.results.store import ResultStore
-
-    from servebench import cli
 
     monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
     monkeypatch.setattr(cli.console, "width", 250)  # the whole table, as on a wide terminal
