@@ -5,8 +5,10 @@ It understands the commands that script uses -- ``rm -f``, ``pull``, ``image ins
 (the digest, or ``{{.Id}}``), ``images --quiet``, ``rmi``, ``run -d``, ``inspect --format``
 (the container's state) and ``logs --tail`` -- and runs a
 container as the image's entrypoint process on the host, under a supervisor that keeps its
-exit code as the Docker daemon does: the image maps to an executable
-(``DOCKER_SHIM_IMAGES``, JSON), ``-v`` mounts map container paths in the arguments back to
+exit code as the Docker daemon does: the image maps (``DOCKER_SHIM_IMAGES``, JSON) to an
+executable, its entrypoint, or to the programs on its PATH (name -> executable) that a run's
+``--entrypoint`` names, as Docker resolves an entrypoint inside the image (``vllm`` in
+``vllm/vllm-openai``); ``-v`` mounts map container paths in the arguments back to
 host paths, ``-e`` sets the environment, and ``-p`` must publish a port as itself (the
 process binds the host's port directly). State (pid, exit code, log) lives in
 ``DOCKER_SHIM_STATE``. Anything else it is asked is an error, so a
@@ -23,15 +25,31 @@ import sys
 from pathlib import Path
 
 STATE = Path(os.environ["DOCKER_SHIM_STATE"])
-IMAGES: dict[str, str] = json.loads(os.environ["DOCKER_SHIM_IMAGES"])
+IMAGES: dict[str, str | dict[str, str]] = json.loads(os.environ["DOCKER_SHIM_IMAGES"])
 VALUE_OPTS = {"--name", "--restart", "--gpus", "--shm-size", "-p", "-v", "-e", "--entrypoint"}
 
 
-def _image_exe(image: str) -> str:
+def _image(image: str) -> str | dict[str, str]:
     base = image.split("@", 1)[0]
     if base not in IMAGES:
         sys.exit(f"docker shim: no such image {image!r} (known: {sorted(IMAGES)})")
     return IMAGES[base]
+
+
+def _image_exe(image: str, entrypoint: str | None) -> str:
+    """What runs: the image's entrypoint, or the program of its own that ``--entrypoint``
+    names (an image given as one executable has no other)."""
+    found = _image(image)
+    if entrypoint is None:
+        if isinstance(found, dict):
+            sys.exit(f"docker shim: image {image!r} is given by its programs: name one with "
+                     "--entrypoint")
+        return found
+    if not isinstance(found, dict) or entrypoint not in found:
+        programs = sorted(found) if isinstance(found, dict) else []
+        sys.exit(f"docker shim: image {image!r} has no program {entrypoint!r} (its "
+                 f"programs: {programs})")
+    return found[entrypoint]
 
 
 def _pulled() -> dict[str, str]:
@@ -81,7 +99,7 @@ def run(args: list[str]) -> int:
         opts.setdefault(args[i], []).append(args[i + 1])
         i += 2
     image, command = args[i], args[i + 1:]
-    exe = opts["--entrypoint"][0] if "--entrypoint" in opts else _image_exe(image)
+    exe = _image_exe(image, opts["--entrypoint"][0] if "--entrypoint" in opts else None)
     mounts = [v.split(":")[:2] for v in opts.get("-v", [])]
     for spec in opts.get("-p", []):
         host, inside = spec.split(":")
@@ -161,7 +179,7 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["run"]:
         return run(argv[1:])
     if argv[:1] == ["pull"]:
-        _image_exe(argv[1])
+        _image(argv[1])
         _keep_pulled({**_pulled(), _image_id(argv[1]): argv[1]})
         print(f"{argv[1]}: pulled (shim)")
         return 0
@@ -173,7 +191,7 @@ def main(argv: list[str]) -> int:
                 return 1
             print(_image_id(image))
             return 0
-        _image_exe(image)
+        _image(image)
         print(image if "@" in image else "")
         return 0
     if argv[:1] == ["images"] and "--quiet" in argv:

