@@ -251,6 +251,105 @@ def test_variants_relaunch_the_container_in_place_reached_over_the_instance_addr
     assert units["kv_cache_source"].str.startswith("llama-server's log: n_slots").all()
 
 
+@pytest.fixture(scope="module")
+def w8a8_checkpoint() -> Path:
+    """The local default's W8A8 INT8 checkpoint of adder-3m (SmoothQuant + GPTQ, in the
+    compressed-tensors format), made by the quantize step from its recipe there (cached by
+    the recipe's hash: made once): a folder of quantized weights, as a GPU team's
+    checkpoint arrives. A recipe variant itself is refused on ec2 (its checkpoint is made on
+    the worker), so the ec2 variant names this folder."""
+    from servebench.config import parse_sweep
+    from servebench.pipeline import quantize_recipes
+    from servebench.plan import plan_spec
+
+    settings = get_settings()
+    if not (settings.quant_venv / "bin" / "python").exists():
+        pytest.fail(f"no quantization venv at {settings.quant_venv}: run `make quant`")
+    local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    vllm = next(t for t in local["targets"] if t["stack"] == "vllm")
+    w8a8 = next(v for v in vllm["variants"] if v["name"] == "w8a8-int8")
+    data = {**local, "cross_stack": [],
+            "targets": [{**vllm, "baseline": w8a8["name"], "variants": [w8a8]}]}
+    plan = plan_spec(parse_sweep(data, "local.yaml"), "local.yaml", settings=settings)
+    [made] = quantize_recipes(plan, "ec2-checkpoint", settings).values()
+    assert "path" in made, made
+    return Path(made["path"])
+
+
+def test_a_quantized_vllm_checkpoint_serves_through_the_gpu_command_line_on_an_instance(
+        aws, local_sweep, w8a8_checkpoint):
+    """W8A8 INT8 on vLLM through the nightly DAG on an instance: the container launched as on
+    a GPU host (``vllm serve`` in vLLM's image, the checkpoint mounted), a real vLLM answering
+    -- its CPU build, the stand-in image translating only the entry point -- and everything
+    over the instance's address: health, /tokenize, /metrics, the load, the golden set; the
+    instance terminated at the end."""
+    from servebench.results.store import ResultStore
+
+    ec2, hosts, subnet, ami, env, _ = aws
+    mount = f"/models/{w8a8_checkpoint.name}"
+    variant = {"name": "w8a8-int8", "model": str(w8a8_checkpoint), "quant": "w8a8_int8",
+               # the CPU build computes in float32 or bfloat16; a GPU run of the same
+               # checkpoint says bfloat16 or float16 (or nothing: the checkpoint's own)
+               "dtype": "float32", "max_num_seqs": 4, "max_model_len": 512,
+               "image": VLLM_IMAGE}
+    data = local_sweep([{
+        "name": "adder-gpu", "stack": "vllm", "baseline": "w8a8-int8",
+        "golden_sets": ["addition"],
+        "provision": {"kind": "ec2", "instance_type": "g6.xlarge", "ami": ami,
+                      "subnet_id": subnet, "port": 8080, "price_per_hour": 0.805,
+                      "health_timeout_s": 300},
+        "variants": [variant],
+    }], input_tokens=32, output_tokens=64, num_requests=16, concurrency=2, name="ec2-vllm")
+    dag_run = _nightly()["nightly_benchmark"].test(
+        run_conf={"sweep": _write(aws, "ec2-vllm", data)})
+    assert dag_run.state == "success"
+    [instance] = _instances(ec2, run_id=dag_run.run_id)
+    assert instance["State"]["Name"] == "terminated"  # at its host's teardown
+    iid, address = instance["InstanceId"], instance["PrivateIpAddress"]
+    store = ResultStore(env["SERVEBENCH_RESULTS_URI"])
+    [cell] = store.read_table("cells", run_ids=[dag_run.run_id]).to_pylist()
+    assert_measured([cell])  # (whether this host let its client keep up is not the point)
+    assert cell["host"] == f"{iid} ({address})" and cell["image"] == VLLM_IMAGE
+    assert cell["quant"] == "w8a8_int8"
+    # the GPU command line, the checkpoint at its mount point, no --quantization (vLLM
+    # reads the checkpoint's compressed-tensors config)
+    argv = json.loads(cell["launch_args"])
+    assert argv[:3] == ["vllm", "serve", mount] and "--quantization" not in argv, argv
+    assert argv[argv.index("--dtype") + 1] == "float32"
+    [launch] = [r["script"] for r in hosts.gone[iid].ran if "docker run" in r["script"]]
+    assert f"-v {w8a8_checkpoint}:{mount}" in launch and "--entrypoint vllm" in launch
+    log = (hosts.workdir / iid / "servebench-server.log").read_text()
+    # the stand-in image ran the CPU build's server on that command line, the model mapped
+    # back from its mount point, and vLLM served it as the INT8 W8A8 checkpoint it is (the
+    # kernel it picked is the CPU build's: CPUInt8ScaledMMLinearKernel)
+    [ran] = [line for line in log.splitlines() if line.startswith("stand-in vllm image runs:")]
+    assert f"vllm.entrypoints.openai.api_server --model {w8a8_checkpoint} " in ran, ran
+    assert "quantization=compressed-tensors" in log
+    assert re.search(r"Selected \w+ for CompressedTensorsW8A8Int8", log)
+    assert cell["engine_version"].startswith("0.32"), cell["engine_version"]
+    # the prompts were sized by the server's own /tokenize, asked over the instance's
+    # address (the worker is the bridge's 10.213.0.1), and the server counted what was sized
+    # and the one token the chat template adds (adder-3m's: its BOS)
+    assert re.search(r'10\.213\.0\.1:\d+ - "POST /tokenize HTTP/1\.1" 200', log)
+    requests = store.read_table("requests", run_ids=[dag_run.run_id]).to_pylist()
+    measured = [r for r in requests if not r["warmup"]]
+    assert len(measured) == 16 and all(r["ok"] for r in measured)
+    assert {(r["prompt_tokens_requested"], r["prompt_tokens"]) for r in measured} == {(32, 33)}
+    # the engine's metrics read over the instance's address: its scheduler sampled while the
+    # cell ran (every 0.2 s: the cell's 16 answers of 64 tokens take over a second), its KV
+    # cache's capacity from vllm:cache_config_info
+    assert cell["telemetry_samples"] and cell["kv_cache_usage_peak"] is not None
+    assert cell["requests_running_peak"] is not None
+    [unit] = store.read_table("units", run_ids=[dag_run.run_id]).to_pylist()
+    assert unit["kv_cache_tokens"] and cell["kv_cache_tokens"] == unit["kv_cache_tokens"]
+    assert unit["kv_cache_source"].startswith("/metrics: vllm:cache_config_info"), unit
+    # the golden set answered by the quantized weights (194 of 200 here on 2026-12-05, as f32
+    # answers locally)
+    assert cell["golden_set"] == "addition" and cell["accuracy"] >= 0.9, cell["accuracy"]
+    evals = store.read_table("evals", run_ids=[dag_run.run_id]).to_pylist()
+    assert len(evals) == 200
+
+
 def test_each_instance_is_paid_from_its_first_unit_to_its_last(aws, local_sweep):
     """Two ec2 targets, two hosts: each bench task launches its target's instance when its
     unit is due and terminates it when the unit is done -- none is held from setup to
