@@ -88,6 +88,13 @@ def sampling_noise(values: np.ndarray, q: float, *, n_boot: int = N_BOOT,
     return float(np.std(boot, ddof=1) / point)
 
 
+def launch_noise(night: float, sampling: float) -> float:
+    """The launch-to-launch part of a series' relative ``night`` noise, ``sampling`` of it
+    from one night's requests: what the night's noise leaves over, 0 where sampling alone is
+    as large. The lever table (``servebench.levers``) folds it into its intervals."""
+    return math.sqrt(max(night ** 2 - sampling ** 2, 0.0))
+
+
 def requests_needed(n: int, detectable: float, goal: float, night: float,
                     sampling: float) -> int | None:
     """The request count at which a series of ``night`` relative noise, ``sampling`` of it
@@ -95,7 +102,7 @@ def requests_needed(n: int, detectable: float, goal: float, night: float,
     it already does; None where no count does."""
     if detectable <= goal:
         return n
-    launch2 = max(night ** 2 - sampling ** 2, 0.0)
+    launch2 = launch_noise(night, sampling) ** 2
     room = (night * goal / detectable) ** 2 - launch2
     if room <= 0 or sampling <= 0:
         return None
@@ -141,6 +148,6 @@ def size_cells(detectability: pd.DataFrame, cells: pd.DataFrame,
         out.append(CellSize(
             row["target"], row["variant"], row["workload"], row["load_point"], row["metric"],
             n, detectable, float(row["goal"]), night, min(sampling, night),
-            math.sqrt(max(night ** 2 - sampling ** 2, 0.0)), needed,
+            launch_noise(night, sampling), needed,
             None if needed is None or not duration else float(duration) * needed / n))
     return out
