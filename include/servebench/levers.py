@@ -2,13 +2,40 @@
 target's baseline variant on the same night, cell by cell (same workload and load point).
 
 For TTFT p95, TPOT p50, output tokens/s and cost per 1M output tokens: the % change of the
-variant's cell against the baseline's, with a 95% bootstrap interval -- both cells' measured
-requests resampled with replacement (``N_BOOT`` times, seeded) and the statistic recomputed with
-the canonical per-request definitions of ``servebench.metrics``. Throughput is not a per-request
-quantity: in a closed-loop cell each worker's rate is its tokens over its mean request time
-(Little's law), so a resample's throughput is the cell's scaled by mean E2E over the resample's
-mean E2E, and cost per token moves inversely. An open-loop cell's throughput is set by its
-arrival rate, so it gets no interval there rather than a false one. Beside them, the accuracy
+variant's cell against the baseline's, with a 95% interval for the change between the two
+variants as many server launches on this host would show it (each cell at its typical
+launch), not only between tonight's two launches. Two things move a cell's figure from one
+night to the next, and the interval holds both:
+
+- **the requests**: both cells' measured requests resampled with replacement (``N_BOOT``
+  times, seeded) and the statistic recomputed with the canonical per-request definitions of
+  ``servebench.metrics``; its 2.5th and 97.5th percentiles are the interval over one night's
+  requests;
+- **the launch**: how far each cell's figure moves from one server launch to the next, which
+  no count of requests averages out. It is read from the cell's own series as tonight's detect
+  task judged it (its ``detectability`` row: the robust per-night noise of the nights since
+  the series' start or its last change, up to the detector's ``lookback``), less the part the
+  night's requests explain (``trends.sizing.launch_noise``: night^2 = sampling^2 + launch^2,
+  sampling the bootstrap's spread of the cell's log figure).
+
+The two launches are independent, so in log space the change's variance is the bootstrap's
+plus launch_variant^2 + launch_baseline^2; each side of the bootstrap's interval (its
+asymmetry kept) widens to ``t * sqrt((half / 1.96)^2 + launch^2)``, with ``t`` the Student
+quantile at the Welch-Satterthwaite degrees of freedom of that sum -- a robust noise from n
+nights is known about as well as a plain one from ``MAD_EFFICIENCY`` * n, so a short series
+widens it more. A pair where either cell's series has too few nights for the detector to
+judge (``min_baseline`` since its start, ``restart_baseline`` since a change raised; a
+variant new tonight) keeps the interval over ``REQUESTS_ONLY``, and the table marks it: too
+narrow by the launch noise no one has measured yet. A host effect shared by both cells of a
+night makes the interval conservative. On null pairs with an 8% launch effect
+(``benchmarks/lever_coverage.py``, docs/trends.md) the intervals hold 0% 95-97% of the time
+from 10 nights on; the requests-only ones 41-64%.
+
+Throughput is not a per-request quantity: in a closed-loop cell each worker's rate is its
+tokens over its mean request time (Little's law), so a resample's throughput is the cell's
+scaled by mean E2E over the resample's mean E2E, and cost per token moves inversely. An
+open-loop cell's throughput is set by its arrival rate, so it gets no interval there rather
+than a false one. Beside them, the accuracy
 delta (points), the quality-gate verdict, and what the engine's scheduler did differently
 (``engine_note``: KV-cache and queue peaks, preemptions, prefix-cache hit rate, each only where
 it differs from the baseline's -- what explains a latency change the levers show). And what it
@@ -26,11 +53,19 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
-from servebench.records import RequestRecord
 from servebench.metrics import e2e_s, tpot_s, ttft_s
+from servebench.records import RequestRecord
+from servebench.trends.series import series_id
+from servebench.trends.sizing import launch_noise
 
 N_BOOT = 1000
+Z95 = 1.959964  # the normal's 97.5th percentile: a bootstrap side's half-width in sigmas
+# how well a robust (MAD) sigma of n normal nights knows the noise: as well as a plain one of
+# about 0.37 n (its asymptotic relative efficiency), the degrees of freedom it is given
+MAD_EFFICIENCY = 0.37
+REQUESTS_ONLY = "one night's requests only"  # what an interval without launch noise covers
 # telemetry columns the lever rows compare, with how far apart two cells must be to say so
 ENGINE_COLUMNS = (("prefix_cache_hit_rate", "prefix-cache hits", 0.05, "{:.2f}"),
                   ("kv_cache_usage_peak", "KV peak", 0.05, "{:.0%}"),
@@ -99,10 +134,18 @@ def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
                    cell.get("load_mode", "closed") not in ("open", "trace"))
 
 
+def _percentile(values: np.ndarray, idx: np.ndarray, q: float) -> np.ndarray:
+    """The ``q``-th percentile of each resample (rows of ``idx``), NaNs left out (numpy's
+    NaN-aware percentile goes row by row: only where there are NaNs)."""
+    if np.isnan(values).any():
+        return np.nanpercentile(values[idx], q, axis=-1)
+    return np.percentile(values[idx], q, axis=-1)
+
+
 def _stats(s: _Sample, idx: np.ndarray) -> np.ndarray:
     """[TTFT p95, TPOT p50, out tok/s, cost per 1M tokens] for each resample (rows of idx)."""
-    ttft = np.nanpercentile(s.ttft_ms[idx], 95, axis=-1)
-    tpot = np.nanpercentile(s.tpot_ms[idx], 50, axis=-1)
+    ttft = _percentile(s.ttft_ms, idx, 95)
+    tpot = _percentile(s.tpot_ms, idx, 50)
     if s.closed:
         scale = s.e2e_ms.mean() / s.e2e_ms[idx].mean(axis=-1)
         throughput, cost = s.throughput * scale, s.cost / scale
@@ -111,10 +154,56 @@ def _stats(s: _Sample, idx: np.ndarray) -> np.ndarray:
     return np.stack([ttft, tpot, throughput, cost], axis=-1)
 
 
-def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame, *, n_boot: int = N_BOOT,
+@dataclass(frozen=True)
+class _NightNoise:
+    """A cell's series as tonight's detect task judged it: its robust per-night noise
+    relative to its level, and the baseline nights it is learnt from."""
+
+    relative: float
+    nights: int
+
+
+def _night_noise(detectability: pd.DataFrame | None) -> dict[str, _NightNoise]:
+    """{series_id: its :class:`_NightNoise`} from a night's ``detectability`` rows (None or
+    empty: none); a series too short to judge (no noise) or at level 0 is left out."""
+    if detectability is None or detectability.empty:
+        return {}
+    known = detectability[detectability["noise"].notna() & detectability["level"].notna()
+                          & detectability["nights"].notna()]
+    return {row["series_id"]: _NightNoise(float(row["noise"]) / abs(float(row["level"])),
+                                          int(row["nights"]))
+            for row in known.to_dict("records") if row["level"]}
+
+
+def _widen(lo: float, point: float, hi: float, sampling: tuple[float, float],
+           night: tuple[_NightNoise, _NightNoise]) -> tuple[float, float, float]:
+    """The bootstrap's 95% interval of a ratio (``lo`` < ``point`` < ``hi``, ratios > 0)
+    with both cells' launch noise folded in (see the module doc): ``sampling`` is each
+    cell's bootstrap sd of its log figure, ``night`` its series' night noise. Returns
+    (lo, hi, launch sd of the ratio's log)."""
+    launch2 = sum(launch_noise(n.relative, s) ** 2 for n, s in zip(night, sampling,
+                                                                   strict=True))
+    centre = math.log(point)
+    halves = np.array([centre - math.log(lo), math.log(hi) - centre]).clip(min=0.0)
+    boot2 = float(np.mean((halves / Z95) ** 2))
+    # Welch-Satterthwaite: the sampling part is tonight's (known); each night noise is learnt
+    # from its series with MAD_EFFICIENCY * nights degrees of freedom
+    unknown = sum(n.relative ** 4 / max(MAD_EFFICIENCY * n.nights, 1.0) for n in night)
+    dof = (boot2 + launch2) ** 2 / unknown if unknown > 0 else math.inf
+    t = float(stats.t.ppf(0.975, dof)) if math.isfinite(dof) else Z95
+    lo_half, hi_half = t * np.sqrt((halves / Z95) ** 2 + launch2)
+    return math.exp(centre - lo_half), math.exp(centre + hi_half), math.sqrt(launch2)
+
+
+def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame,
+               detectability: pd.DataFrame | None = None, *, n_boot: int = N_BOOT,
                seed: int = 0) -> list[dict]:
-    """One row per ok variant cell that has an ok baseline cell on the same night."""
+    """One row per ok variant cell that has an ok baseline cell on the same night; its
+    intervals hold the launch noise where ``detectability`` (the night's rows, as the detect
+    task wrote them) knows both cells' series (``{lever}_launch``: the ratio's launch sd),
+    else one night's requests only (``{lever}_launch`` None)."""
     rng = np.random.default_rng(seed)
+    noise = _night_noise(detectability)
     ok = cells[cells["status"] == "ok"]
     if "load_mode" in ok.columns:  # an slo cell of each variant ran at its own load
         ok = ok[ok["load_mode"] != "slo"]
@@ -140,11 +229,13 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame, *, n_boot: int = N_B
         a = _stats(mine, rng.integers(0, len(mine.e2e_ms), (n_boot, len(mine.e2e_ms))))
         b = _stats(theirs, rng.integers(0, len(theirs.e2e_ms), (n_boot, len(theirs.e2e_ms))))
         with np.errstate(divide="ignore", invalid="ignore"):
-            pct = 100 * (point / ref - 1)[0]
-            boot = 100 * (a / b - 1)
+            ratio = (point / ref)[0]
+            boot = a / b
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN: open loop, no interval
             lo, hi = np.nanpercentile(boot, [2.5, 97.5], axis=0)
+            sampling = np.nanstd(np.log(a), axis=0, ddof=1), np.nanstd(np.log(b), axis=0,
+                                                                         ddof=1)
         row = {k: cell.get(k) for k in ("target", "variant", "workload", "load_point",
                                         "gate_verdict")}
         row["baseline"] = base_name
@@ -154,7 +245,14 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame, *, n_boot: int = N_B
         row["accuracy_delta_points"] = (100 * (acc - base_acc)
                                         if acc is not None and base_acc is not None else None)
         for i, (key, _) in enumerate(LEVERS):
+            nights = (noise.get(series_id(cell, key)), noise.get(series_id(base, key)))
+            launch = None
+            if (None not in nights and all(v > 0 for v in (lo[i], ratio[i], hi[i]))
+                    and np.isfinite([sampling[0][i], sampling[1][i]]).all()):
+                lo[i], hi[i], launch = _widen(lo[i], ratio[i], hi[i],
+                                              (sampling[0][i], sampling[1][i]), nights)
             row[f"{key}_pct"], row[f"{key}_lo"], row[f"{key}_hi"] = (
-                float(pct[i]), float(lo[i]), float(hi[i]))
+                float(100 * (v - 1)) for v in (ratio[i], lo[i], hi[i]))
+            row[f"{key}_launch"] = launch
         rows.append(row)
     return rows

@@ -1,11 +1,19 @@
 """Each variant against its baseline on the same night: % changes from the cells' canonical
-metrics, 95% bootstrap intervals from their requests, the accuracy delta beside them."""
+metrics, 95% intervals from their requests and each cell's launch-to-launch noise (its series'
+nights), the accuracy delta beside them."""
+
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
-from servebench.levers import lever_rows
-from servebench.notify.digest import lever_table
+from servebench.levers import LEVERS, REQUESTS_ONLY, lever_rows
+from servebench.notify.digest import lever_caption, lever_table, render_digest
+from servebench.trends.series import series_id
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from lever_coverage import coverage  # noqa: E402
 
 
 def _requests(cell_id, ttft_ms, itl_ms, n=40, tokens=9, seed=0):
@@ -110,3 +118,65 @@ def test_a_quantized_variants_case_reads_memory_kv_capacity_tpot_and_accuracy():
     older = cells.drop(columns=list(base_mem))  # a run from before memory was measured
     assert memory_lines(older) == [] and "peak memory" not in lever_table(
         lever_rows(older, requests))
+
+
+def _noise(cells: pd.DataFrame, relative: float, nights: int) -> pd.DataFrame:
+    """The night's ``detectability`` rows of each cell's lever series: ``relative`` noise."""
+    return pd.DataFrame([{"series_id": series_id(c, key), "metric": key, "nights": nights,
+                          "level": 10.0, "noise": 10.0 * relative}
+                         for c in cells.to_dict("records") for key, _ in LEVERS])
+
+
+def test_the_launch_noise_of_both_cells_series_widens_the_interval():
+    """Tonight's bootstrap says +-few %; each cell's series moves 8% a night, little of it
+    from its requests: the interval holds sqrt(2) launches of ~8% (wider still on a short
+    series, whose noise is known less well), and the table says which intervals are over one
+    night's requests only."""
+    requests = pd.DataFrame(_requests("t/f16/w/c1", 20, 4, seed=1)
+                            + _requests("t/q4/w/c1", 20, 4, seed=2))
+    cells = pd.DataFrame([_cell("f16", 20.0, 4.0, 9.0, 0.97, "baseline"),
+                          _cell("q4", 20.0, 4.0, 9.0, 0.97, "pass")])
+    [alone] = lever_rows(cells, requests)
+    [held] = lever_rows(cells, requests, _noise(cells, 0.08, nights=40))
+    [short] = lever_rows(cells, requests, _noise(cells, 0.08, nights=10))
+    assert alone["ttft_ms_p95_launch"] is None
+    assert held["ttft_ms_p95_pct"] == alone["ttft_ms_p95_pct"]
+    launch = held["ttft_ms_p95_launch"]
+    assert 0.10 < launch < 0.08 * 2 ** 0.5  # less the small part the requests explain
+    assert alone["ttft_ms_p95_hi"] - alone["ttft_ms_p95_lo"] < 15
+    # in log space: at least +-1.96 launch sds about the point
+    assert held["ttft_ms_p95_hi"] > 100 * (np.exp(1.96 * launch) - 1)
+    assert held["ttft_ms_p95_lo"] < 100 * (np.exp(-1.96 * launch) - 1)
+    assert short["ttft_ms_p95_hi"] > held["ttft_ms_p95_hi"] + 3
+    # TPOT p50 has no spread over tonight's requests: its interval is the launches' alone
+    assert held["tpot_ms_p50_launch"] == pytest.approx(0.08 * 2 ** 0.5, rel=1e-3)
+    # a series too short to judge (no noise in its row) leaves the requests' interval, marked
+    too_short = _noise(cells, 0.08, nights=40)
+    too_short.loc[too_short["series_id"].str.startswith("t/q4/"), "noise"] = None
+    [marked] = lever_rows(cells, requests, too_short)
+    assert marked["ttft_ms_p95_lo"] == alone["ttft_ms_p95_lo"]
+    assert marked["ttft_ms_p95_launch"] is None
+    assert f"[{held['ttft_ms_p95_lo']:+.1f}, {held['ttft_ms_p95_hi']:+.1f}] |" in \
+        lever_table([held])
+    assert f"[{alone['ttft_ms_p95_lo']:+.1f}, {alone['ttft_ms_p95_hi']:+.1f}]\u2020" in \
+        lever_table([marked])
+    assert REQUESTS_ONLY in lever_caption([marked])
+    assert REQUESTS_ONLY not in lever_caption([held])
+    digest = render_digest(cells, {"run_id": "r", "run_date": "2026-12-05"}, "data",
+                           levers=[marked])
+    assert f"\u2020: {REQUESTS_ONLY}" in digest
+
+
+def test_on_a_null_pair_the_intervals_cover_the_truth_about_95_percent_of_the_time():
+    """f16-nocache against f16 where the cache cannot matter: the same cell launched anew
+    each night (lognormal launch factor, sd 8%, as the local default's nights move) serving
+    24 lognormal requests. With the launch noise from each series' nights (10, tonight's
+    among them: the fewest the detector judges; 41) the 95% intervals hold 0% 90-99% of the
+    time; over one night's requests alone far less (``benchmarks/lever_coverage.py`` prints
+    it for more pairs). With three nights no series is judged: every interval is marked."""
+    for history in (9, 40):
+        found = coverage(250, history, seed=20261205 + history)
+        assert (found["with_launch"] == 1).all()
+        assert found["covered"].between(0.90, 0.99).all(), (history, found)
+        assert (found["requests_only"] < 0.80).all(), (history, found)
+    assert (coverage(5, 2)["with_launch"] == 0).all()

@@ -424,18 +424,39 @@ def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = 
     return out
 
 
+REQUESTS_ONLY_MARK = "\u2020"  # an interval over one night's requests only (levers.REQUESTS_ONLY)
+
+
 def fmt_change(row: dict, key: str) -> str:
-    """``+12.3% [+8.1, +16.0]``: a lever's % change with its 95% bootstrap interval."""
+    """``+12.3% [+8.1, +16.0]``: a lever's % change with its 95% interval, marked
+    ``REQUESTS_ONLY_MARK`` where it holds one night's requests and not the launch noise."""
     pct, lo, hi = (row.get(f"{key}_{s}") for s in ("pct", "lo", "hi"))
     if is_missing(pct):
         return MISSING
-    interval = "" if is_missing(lo) or is_missing(hi) else f" [{lo:+.1f}, {hi:+.1f}]"
-    return f"{pct:+.1f}%{interval}"
+    if is_missing(lo) or is_missing(hi):
+        return f"{pct:+.1f}%"
+    mark = REQUESTS_ONLY_MARK if is_missing(row.get(f"{key}_launch")) else ""
+    return f"{pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]{mark}"
 
 
 def lever_table(rows: list[dict], markdown: bool = True) -> str:
     """Each variant against its baseline, cell by cell (servebench.levers rows)."""
     return _render(lever_columns(rows), rows, markdown=markdown)
+
+
+def lever_caption(rows: list[dict]) -> str:
+    """What the lever table's intervals cover (servebench.levers), and what its mark means
+    where some interval holds one night's requests only."""
+    from servebench.levers import LEVERS, REQUESTS_ONLY
+
+    text = ("% change with a 95% interval over both cells' requests and how far each cell "
+            "moves from one server launch to the next (from its series' nights)")
+    if any(not is_missing(r.get(f"{k}_lo")) and is_missing(r.get(f"{k}_launch"))
+           for r in rows for k, _ in LEVERS):
+        text += (f"; {REQUESTS_ONLY_MARK}: {REQUESTS_ONLY} -- its series has too few nights "
+                 "since its start or last change to know its launch noise, so the interval "
+                 "is too narrow")
+    return text + "; lower is better for TTFT, TPOT and cost."
 
 
 # what a variant holds against its baseline (levers.memory_change): one measurement a unit
@@ -520,8 +541,7 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
             out += ["", f"![{target}: latency vs throughput]({charts[f'target:{target}']})"]
     if levers:
         out += ["", "## What each variant buys (vs its baseline, same night)", "",
-                "_% change with a 95% bootstrap interval over the cells' requests; "
-                "lower is better for TTFT, TPOT and cost._", "", lever_table(levers)]
+                f"_{lever_caption(levers)}_", "", lever_table(levers)]
     memory = memory_lines(cells)
     if memory:
         out += ["", "## Memory", "", "_Per variant: weights, the KV cache's capacity, the "

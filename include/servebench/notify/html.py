@@ -25,6 +25,7 @@ from servebench.notify.digest import (
     fmt_text,
     gate_lines,
     is_missing,
+    lever_caption,
     lever_columns,
     memory_lines,
     slo_lines,
@@ -151,7 +152,7 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
 
     if levers:
         out.append("<h2>What each variant buys (vs its baseline, same night)</h2>")
-        out.append("<p>% change with a 95% bootstrap interval over the cells' requests.</p>")
+        out.append(f"<p>{escape(lever_caption(levers))}</p>")
         out.append(_lever_table(levers))
     memory = memory_lines(cells)
     if memory:

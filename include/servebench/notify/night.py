@@ -84,9 +84,10 @@ class Night:
         requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
         missing = (missing_nights(store.read_table("runs").to_pandas(), run, NIGHTLY_SCHEDULE)
                    if run.get("dag_id") == NIGHTLY_DAG_ID else [])  # only it has a schedule
+        # what each series can catch, and its noise: the lever intervals' launch noise
+        detectability = store.read_table("detectability", run_ids=[run_id]).to_pandas()
         return cls(run_id, run_date, cells, run, regressions, charts, files, pngs,
-                   lever_rows(cells, requests), missing,
-                   store.read_table("detectability", run_ids=[run_id]).to_pandas())
+                   lever_rows(cells, requests, detectability), missing, detectability)
 
     def put_report(self, store: ResultStore, airflow_url: str | None = None) -> str:
         """The HTML report, beside the results (its raised lines linking their pages in the
