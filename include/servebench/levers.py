@@ -103,7 +103,6 @@ def memory_change(cell: dict, base: dict) -> dict:
 
 LEVERS = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
           ("output_throughput", "out tok/s"), ("cost_per_1m_output_tokens", "cost/1M tok"))
-_RECORD_FIELDS = set(RequestRecord.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
                     & requests["ok"]]
     if rows.empty or not cell.get("duration_s"):
         return None
-    records = [RequestRecord(**{k: v for k, v in r.items() if k in _RECORD_FIELDS})
+    records = [RequestRecord.from_row(r)
                for r in rows.to_dict("records")]
     # the canonical per-request definitions (metrics.py); a missing first chunk reads as NaN
     ttft = [(t * 1000 if t is not None else math.nan) for t in map(ttft_s, records)]

@@ -103,6 +103,12 @@ class RequestRecord:
         """True when the request completed with HTTP 2xx and no transport/stream error."""
         return self.error is None and self.http_status is not None and 200 <= self.http_status < 300
 
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> RequestRecord:
+        """The record a stored ``requests`` row was made from (:meth:`to_row`'s inverse: its
+        other columns -- ``ok``, the run's ids -- left out)."""
+        return cls(**{k: v for k, v in row.items() if k in cls.__dataclass_fields__})
+
     def to_row(self) -> dict[str, Any]:
         """Flat dict for Arrow/Parquet: one column per field, lists stay lists, plus ``ok``."""
         row = asdict(self)

@@ -39,7 +39,6 @@ PER_REQUEST = {
     "e2e_ms_p95": (e2e_s, 95),
 }
 N_BOOT = 400
-_RECORD_FIELDS = set(RequestRecord.__dataclass_fields__)
 
 
 @dataclass(frozen=True)
@@ -132,7 +131,7 @@ def size_cells(detectability: pd.DataFrame, cells: pd.DataFrame,
         mine = requests[(requests["cell_id"] == cell["cell_id"]) & ~requests["warmup"]
                         & requests["ok"]]
         define, q = PER_REQUEST[row["metric"]]
-        records = [RequestRecord(**{k: v for k, v in r.items() if k in _RECORD_FIELDS})
+        records = [RequestRecord.from_row(r)
                    for r in mine.to_dict("records")]
         values = np.array([math.nan if (v := define(r)) is None else v for r in records],
                           float)
