@@ -44,6 +44,9 @@ def _validate(sweep: str | None) -> int:
     for unit in plan["units"]:
         print(f"  {unit['stack']:<14} {unit['unit_id']}"
               + ("  (refused: this worker's hardware)" if unit.get("refused") else ""))
+    if plan["requests"]:
+        print(f"  {len(plan['requests'])} cells sized by load.auto_requests (the plan task's "
+              "log says why)")
     for warning in plan["warnings"]:
         print(f"warning: {warning}", file=sys.stderr)
     return 0

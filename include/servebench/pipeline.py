@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from servebench.bench import VariantRunner
+from servebench.bench.rows import cell_id
 from servebench.connections import airflow_url, open_store
 from servebench.defaults import CLI_DAG_ID
 from servebench.errors import QuantizeError
@@ -28,6 +29,7 @@ from servebench.quantize.make import make_variant
 from servebench.results.store import ResultStore
 from servebench.settings import Settings, get_settings
 from servebench.trends.judge import judge_night
+from servebench.trends.sizing import size_from_store, sizable
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +38,28 @@ def plan_run(sweep: str | None = None, run_date: dt.date | None = None,
              settings: Settings | None = None) -> dict:
     """The plan task: the checked sweep, expanded to units (``PlanError`` names every
     problem, before anything is provisioned)."""
-    return make_plan(sweep, run_date, settings).to_xcom()
+    settings = settings or get_settings()
+    return sized(make_plan(sweep, run_date, settings), settings).to_xcom()
+
+
+def sized(plan: Plan, settings: Settings) -> Plan:
+    """The plan with its cells' request counts sized (``load.auto_requests``) from the
+    sweep's newest judged night in the store (``trends.sizing.size_from_store``), each
+    cell's count and why logged; the plan as it was without ``auto_requests``."""
+    auto = plan.spec.load.auto_requests
+    if auto is None:
+        return plan
+    cells = [(cell_id(u.target, u.variant, w.name, p), w.num_requests)
+             for u in plan.units if not u.refused for w in plan.spec.workloads
+             for p in plan.spec.load.points_for(w) if sizable(w, p)]
+    judged, counts = size_from_store(open_store(settings), plan.spec.name, cells, auto)
+    added = sum(c.added_s for c in counts)
+    log.info("auto_requests: %d of %d cells sized from night %s, +%.0f s of %.0f s budget",
+             sum(c.count != c.base for c in counts), len(counts), judged, added, auto.budget_s)
+    for c in counts:
+        log.info("  %-60s %4d (workload's %d): %s", c.cell_id, c.count, c.base, c.why)
+    return plan.model_copy(update={"requests": {c.cell_id: c.count for c in counts
+                                                if c.count != c.base}})
 
 
 def quantize_recipes(plan: Plan | dict, run_id: str, settings: Settings | None = None,
@@ -193,7 +216,7 @@ def bench_unit(plan: Plan, unit: Unit, provisioner: Provisioner, run_id: str,
     result = VariantRunner(plan.spec, plan.target_of(unit), variant,
                            run_id=run_id, settings=settings, provisioner=provisioner,
                            on_cell=on_cell, prompt_seed=plan.prompt_seed,
-                           try_number=try_number).run()
+                           try_number=try_number, requests=plan.requests).run()
     keep_unit_rows(store, plan, unit, run_id,
                    {"cells": result.cells, "requests": result.requests, "evals": result.evals,
                     "units": [result.unit] if result.unit else []})
@@ -256,7 +279,7 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
     summary with ``stopped`` (what the teardown found left) and ``digest`` (where it went)."""
     now = dt.datetime.now(dt.UTC)
     run_id = run_id or f"cli__{now.isoformat(timespec='seconds')}"
-    plan = make_plan(sweep, run_date=now.date())
+    plan = sized(make_plan(sweep, run_date=now.date()), get_settings())
     quantize_recipes(plan, run_id, on_recipe=on_recipe)
     provisioned = None
     try:

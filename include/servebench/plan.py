@@ -78,6 +78,9 @@ class Plan(BaseModel):
     units: list[Unit]
     n_cells: int
     warnings: list[str] = []
+    # cell id -> its measured request count where ``load.auto_requests`` sized it away from
+    # its workload's (``trends.sizing.size_night``); a cell not here sends its workload's
+    requests: dict[str, int] = {}
     gate: dict | None = None  # a release gate's params (``release_gate``), where it is one
 
     def to_xcom(self) -> dict:

@@ -81,3 +81,11 @@ def test_each_release_gate_repetition_draws_prompts_of_its_own(tmp_path):
     # each repetition meets a cold cache (a loaded host may still stall the client)
     assert not [c for c in cells["cells"] if "prefix_cache_reuse" in (c["reason"] or "")]
     assert all(c["status"] != "failed" for c in cells["cells"]), cells["cells"]
+
+
+def test_a_cell_the_plan_sized_measures_that_many_requests(tmp_path):
+    """load.auto_requests: the plan's count for a cell (by cell id) is what it measures; the
+    others send their workload's."""
+    cells = _cells(tmp_path, requests={"llama/a/fixed/c1": 40})
+    assert_measured(cells.values())
+    assert (cells[1]["n_requests"], cells[4]["n_requests"]) == (40, 24)

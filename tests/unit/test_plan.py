@@ -322,3 +322,46 @@ def test_the_example_sweeps_validate_and_plan_to_what_they_show(tmp_path, monkey
         [workload] = plan.spec.workloads
         assert len(trace_requests(workload, tmp_path)) == 40
         assert workload.time_scale == 0.5 and load.max_concurrency == 8
+
+
+def test_auto_requests_sizes_the_cells_from_the_newest_judged_night(tmp_path):
+    """load.auto_requests: the plan reads the sweep's newest judged night in the store and
+    gives a cell whose series misses its goal the count that reaches it; a shared-prefix
+    workload's cells (more requests per prefix would be another workload) and every cell of a
+    sweep without a judged night keep their workload's count."""
+    import datetime as dt
+
+    import numpy as np
+    from servebench.results.schema import rows_to_table
+    from servebench.results.store import ResultStore
+
+    settings = _settings(tmp_path)
+    sweep = _sweep(tmp_path, lambda d: d["load"].update(auto_requests={"budget_s": 600}))
+    assert plan_run(str(sweep), settings=settings)["requests"] == {}  # nothing judged yet
+    rng = np.random.default_rng(3)
+    starts = np.cumsum(rng.uniform(0.05, 0.1, 24))
+    ttft = rng.lognormal(np.log(0.02), 0.3, 24)
+    run, day = "scheduled__2026-12-05", dt.date(2026, 12, 5)
+    ids = {"run_id": run, "run_date": day}
+    where = {"target": "adder-llamacpp", "stack": "llama_cpp", "variant": "f16",
+             "load_point": "c1"}
+    cells = [{**ids, **where, "cell_id": f"adder-llamacpp/f16/{w}/c1", "workload": w,
+              "concurrency": 1, "status": "ok", "duration_s": 3.0, "n_requests": 24}
+             for w in ("fixed-64x32", "shared-prefix-128+16x16")]
+    store = ResultStore(settings.results_uri)
+    store.publish(run, day, {
+        "runs": rows_to_table("runs", [{**ids, "sweep_name": "local", "nightly": True}]),
+        "cells": rows_to_table("cells", cells),
+        "requests": rows_to_table("requests", [
+            {**ids, "cell_id": c["cell_id"], "request_id": f"{c['workload']}{i}",
+             "scheduled_at": s, "sent_at": s, "first_chunk_at": s + t, "done_at": s + t + 0.1,
+             "output_tokens": 32, "warmup": False, "ok": True, "http_status": 200}
+            for c in cells for i, (s, t) in enumerate(zip(starts, ttft, strict=True))])})
+    # each series' night noise is all sampling noise (no launch effect): 4x the requests
+    # halve a 20% detectable step to the 10% goal
+    store.attach(run, day, {"detectability": rows_to_table("detectability", [
+        {**ids, **where, "series_id": w, "workload": w, "metric": "ttft_ms_p50", "nights": 14,
+         "level": 20.0, "noise": 0.5, "autocorr": 0.0, "detectable": 0.20, "goal": 0.10}
+        for w in ("fixed-64x32", "shared-prefix-128+16x16")])})
+    plan = plan_run(str(sweep), settings=settings)
+    assert plan["requests"] == {"adder-llamacpp/f16/fixed-64x32/c1": 96}

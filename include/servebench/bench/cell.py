@@ -66,13 +66,15 @@ class CellMeasurer:
     (``build_prompts``, ``run_load``: another's can be passed in, to wrap or replace one)."""
 
     def __init__(self, rows: UnitRows, *, prompt_seed: int, repetition: int, try_number: int,
-                 build_prompts: Callable[..., list[PromptItem]],
+                 requests: dict[str, int], build_prompts: Callable[..., list[PromptItem]],
                  run_load: Callable[..., LoadResult], slo: Slo):
         self.rows = rows
         self.spec, self.target, self.variant = rows.spec, rows.target, rows.variant
         self.adapter = rows.adapter
         self.prompt_seed, self.repetition = prompt_seed, repetition
         self.try_number = try_number  # the task's: a retry's cells draw prompts of their own
+        # cell id -> measured requests, where the plan sized it (load.auto_requests)
+        self.requests = requests
         self._build_prompts, self._run_load = build_prompts, run_load
         self.slo = slo  # the sweep's SLOs as the metrics read them: goodput's test
 
@@ -89,11 +91,13 @@ class CellMeasurer:
         """The cell's own prompts (:meth:`prompt_key`): its warm-up's, its measured
         ones', and a builder for an ``auto`` re-run's."""
         seed, root = self.spec.sampling.seed, self.rows.settings.project_root  # the lengths'
+        count = self.requests.get(cell_id(self.target.name, self.variant.name, workload.name,
+                                          point))
 
         def build(rerun: int) -> list[PromptItem]:
             return self._build_prompts(workload, tokenizer, seed, root,
                                        key=self.prompt_key(workload.name, point, rerun=rerun),
-                                       max_model_len=self.variant.max_model_len)
+                                       count=count, max_model_len=self.variant.max_model_len)
 
         warmup = self.spec.load.warmup_requests
         warm = self._build_prompts(workload, tokenizer, seed, root, count=warmup,

@@ -70,6 +70,7 @@ class VariantRunner:
         repetition: int = 0,
         try_number: int = 1,
         prompt_seed: int | None = None,
+        requests: dict[str, int] | None = None,
         adapter: StackAdapter | None = None,
         build_prompts: Callable[..., list[PromptItem]] = build_prompts,
         run_load: Callable[..., LoadResult] = run_load_sync,
@@ -91,6 +92,7 @@ class VariantRunner:
             self.rows, prompt_seed=prompt_seed,
             repetition=repetition,  # a release gate's: each draws prompts of its own
             try_number=try_number,  # the task's: a retry meets none of the first try's prompts
+            requests=requests or {},  # the plan's sized counts (load.auto_requests), by cell id
             build_prompts=build_prompts, run_load=run_load,
             # the sweep's SLOs as the metrics read them: goodput's test, the SLO search's verdict
             slo=Slo(spec.slos.ttft_ms, spec.slos.tpot_ms, spec.slos.e2e_ms))

@@ -37,6 +37,24 @@ class SloSearch(_Strict):
         return self
 
 
+class AutoRequests(_Strict):
+    """Opt-in: each cell's measured request count sized from its own series, so that it
+    catches the sweep's ``trends.detect_at_least`` (``servebench.trends.sizing``). The plan
+    reads the sweep's newest judged night: a cell series that misses its goal and whose noise
+    more requests would bring down gets the count that reaches it, the cheapest first, as long
+    as the seconds the counts add stay within ``budget_s``; a cell without such a night, one
+    whose launch-to-launch noise alone keeps it above its goal, a trace, a multi-turn
+    workload and an SLO search keep the workload's own count, which is also the least any
+    cell is given."""
+
+    budget_s: float = Field(
+        gt=0, description="the seconds of measurement the sized counts may add to a night, "
+                          "over the workloads' own counts (each cell's seconds per request "
+                          "as its last night measured them)")
+    max_factor: float = Field(
+        8.0, ge=1, description="a cell's count at most this many times its workload's own")
+
+
 class LoadPoint(BaseModel):
     """One load point of a workload, i.e. one cell: closed loop at a concurrency, open loop at
     a request rate, max throughput (every request at once), a trace's own arrivals, or the
@@ -81,6 +99,10 @@ class LoadPoints(_Strict):
                     "(default: none)")
     slo_search: SloSearch | None = Field(
         None, description="an `slo` point per workload: the most load within the sweep's slos")
+    auto_requests: AutoRequests | None = Field(
+        None, description="size each cell's request count from its series' noise to catch "
+                          "trends.detect_at_least within a per-night time budget (default: "
+                          "every cell sends its workload's num_requests)")
     client_processes: int | Literal["auto"] = Field(
         1, description="load-generator processes per cell; auto: one, doubled while the cell "
                        "is client_saturated (up to the CPU count), the re-runs logged")

@@ -17,8 +17,10 @@ import pandas as pd
 from servebench.trends.detect import noise_sigma
 
 CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "recipe_hash",
-                   "sampling_hash", "hardware", "image", "gpu")  # image: the digest pulled;
-# gpu: driver, CUDA; recipe_hash: what made a recipe variant's checkpoint (servebench.quantize:
+                   "sampling_hash", "hardware", "image", "gpu",
+                   "n_requests")  # image: the digest pulled;
+# n_requests: how many the cell measured (load.auto_requests sizes it: a percentile of more
+# requests is estimated with less small-sample bias, so it may sit apart); gpu: driver, CUDA; recipe_hash: what made a recipe variant's checkpoint (servebench.quantize:
 # its series stays its base model's, so a recipe change is a change within it, named here);
 # and the suite's commit, named only where the cell's measuring_code moved (_suite_diff), and
 # the cell's part of the sweep spec (_spec_diff)

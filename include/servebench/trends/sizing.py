@@ -19,18 +19,30 @@ and none does where the launch noise alone is above that: then only repetitions 
 launches per night, as the release gate interleaves) or a quieter host help. The duration is
 the cell's own, scaled by the request count (a closed-loop cell's requests take as long
 whatever their number).
+
+A sweep with ``load.auto_requests`` has its plan size tonight's cells from its newest judged
+night (:func:`size_night`): each cell is given the count its series needs, as long as the
+seconds the counts add stay within the spec's budget.
 """
 
 from __future__ import annotations
 
+import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from servebench.config.load import AutoRequests, LoadPoint
+from servebench.config.workloads import ChatLengthsWorkload, FixedWorkload, LongContextWorkload
 from servebench.metrics import e2e_s, tpot_s, ttft_s
 from servebench.records import RequestRecord
+from servebench.results.store import ResultStore
+from servebench.trends.series import nightly_runs
+
+log = logging.getLogger(__name__)
 
 # the cell metrics that are a percentile of its requests: (per-request definition, q)
 PER_REQUEST = {
@@ -139,6 +151,8 @@ def size_cells(detectability: pd.DataFrame, cells: pd.DataFrame,
         if sampling is None:
             continue
         night = float(row["noise"]) / abs(float(row["level"]))
+        # one night's bootstrap may overshoot the nights' robust noise: then it is all sampling
+        sampling = min(sampling, night)
         n = len(records)
         detectable = float(row["detectable"])
         needed = (None if not math.isfinite(detectable)
@@ -146,7 +160,119 @@ def size_cells(detectability: pd.DataFrame, cells: pd.DataFrame,
         duration = cell.get("duration_s")
         out.append(CellSize(
             row["target"], row["variant"], row["workload"], row["load_point"], row["metric"],
-            n, detectable, float(row["goal"]), night, min(sampling, night),
+            n, detectable, float(row["goal"]), night, sampling,
             launch_noise(night, sampling), needed,
             None if needed is None or not duration else float(duration) * needed / n))
     return out
+
+
+# the workloads whose cells a request count can size: more of the same kind of request. Not a
+# shared-prefix workload (more requests per prefix raise its cache-hit share: another
+# workload), a multi-turn one (its turns are its conversations'), a trace (its own rows)
+SIZABLE = (FixedWorkload, LongContextWorkload, ChatLengthsWorkload)
+
+
+def sizable(workload: object, point: LoadPoint) -> bool:
+    """Whether ``load.auto_requests`` sizes the cell of ``workload`` at ``point`` (not an SLO
+    search's: its probes are its own)."""
+    return isinstance(workload, SIZABLE) and point.mode in ("closed", "open", "max")
+
+
+@dataclass(frozen=True)
+class CellCount:
+    """One of tonight's cells as ``load.auto_requests`` sized it: ``count`` requests where its
+    workload asks ``base``; ``wanted``: what its series needs (None: nothing to go by);
+    ``added_s``: the seconds ``count`` adds over ``base``; ``why``: how it came to be."""
+
+    cell_id: str
+    base: int
+    count: int
+    wanted: int | None
+    added_s: float
+    why: str
+
+
+def size_night(cells: Iterable[tuple[str, int]], sizes: list[CellSize],
+               last_cells: pd.DataFrame, auto: AutoRequests) -> list[CellCount]:
+    """Tonight's request count for each of ``cells`` ((cell id, its workload's count), the
+    ones a count can size) from the newest judged night: its :func:`size_cells` ``sizes`` and
+    its ``cells`` rows (``last_cells``: each cell's requests and seconds).
+
+    A cell wants the most its metrics need (:func:`requests_needed`; those that catch their
+    goal or that no count helps ask nothing), never less than the count it ran last night:
+    the series' noise is still read off nights at that count, so a count that shrank at once
+    would undo what the larger one bought. ``auto.max_factor`` caps it. The counts are
+    granted within ``auto.budget_s`` added seconds (a cell's seconds per request as last night
+    measured it): cells sized on an earlier night first, so a count holds from night to night,
+    then the cheapest. A cell left over keeps its workload's count."""
+    ok = last_cells[last_cells["status"] == "ok"] if len(last_cells) else last_cells
+    last = {r["cell_id"]: r for r in ok.to_dict("records")}
+    needs: dict[str, list[CellSize]] = {}
+    for size in sizes:
+        needs.setdefault(f"{size.target}/{size.variant}/{size.workload}/{size.load_point}",
+                         []).append(size)
+    wanted: list[tuple[str, int, int, float, str]] = []  # id, base, want, added_s, why
+    out: dict[str, CellCount] = {}
+    for cid, base in cells:
+        row, mine = last.get(cid), needs.get(cid, [])
+        ran = int(row["n_requests"]) if row is not None and row.get("n_requests") else None
+        seconds = (float(row["duration_s"]) / ran
+                   if ran and row.get("duration_s") and row["duration_s"] == row["duration_s"]
+                   else None)
+        if not mine and not ran:
+            out[cid] = CellCount(cid, base, base, None, 0.0,
+                                 "no judged night of its series yet")
+            continue
+        short = [s for s in mine if s.detectable > s.goal]
+        helped = [s.needed for s in short if s.needed is not None]
+        want = max([ran or base, *helped])
+        want = max(base, min(want, math.floor(base * auto.max_factor)))
+        if want == base:
+            why = ("every metric catches its goal" if not short else
+                   "launch-to-launch noise alone keeps it above its goal"
+                   if not helped else "its workload's count is enough")
+            out[cid] = CellCount(cid, base, base, want, 0.0, why)
+            continue
+        if seconds is None:
+            out[cid] = CellCount(cid, base, base, want, 0.0,
+                                 "no measured seconds per request to price it")
+            continue
+        worst = max(short, key=lambda s: s.detectable, default=None)
+        why = (f"{worst.metric} catches {worst.detectable:.1%} at {worst.requests}, "
+               f"goal {worst.goal:.0%}" if worst is not None
+               else f"holds last night's {ran}")
+        wanted.append((cid, base, want, (want - base) * seconds, why))
+    left = auto.budget_s
+    # an earlier night's count first (it holds), then the cheapest
+    for cid, base, want, added, why in sorted(
+            wanted, key=lambda w: (not _was_sized(last.get(w[0]), w[1]), w[3], w[0])):
+        if added <= left:
+            left -= added
+            out[cid] = CellCount(cid, base, want, want, added, f"sized: {why}")
+        else:
+            out[cid] = CellCount(cid, base, base, want, 0.0,
+                                 f"over the budget: {want} would add {added:.0f} s, "
+                                 f"{left:.0f} s left ({why})")
+    return [out[cid] for cid, _ in cells]
+
+
+def _was_sized(row: dict | None, base: int) -> bool:
+    return row is not None and bool(row.get("n_requests")) and int(row["n_requests"]) > base
+
+
+def size_from_store(store: ResultStore, sweep_name: str, cells: list[tuple[str, int]],
+                    auto: AutoRequests) -> tuple[str | None, list[CellCount]]:
+    """:func:`size_night` from the newest of ``sweep_name``'s nights in ``store`` that has
+    ``detectability`` rows: (its run id, tonight's counts); (None, every cell at its base)
+    where no night of the sweep was judged yet."""
+    runs = nightly_runs(store.read_table("runs").to_pandas(), sweep_name)
+    judged = set(store.read_table("detectability", columns=["run_id"])
+                 .column("run_id").to_pylist())
+    runs = runs[runs["run_id"].isin(judged)]
+    if runs.empty:
+        return None, size_night(cells, [], pd.DataFrame(), auto)
+    run_id = runs.iloc[-1]["run_id"]
+    rows = store.read_table("detectability", run_ids=[run_id]).to_pandas()
+    last = store.read_table("cells", run_ids=[run_id]).to_pandas()
+    requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
+    return run_id, size_night(cells, size_cells(rows, last, requests), last, auto)

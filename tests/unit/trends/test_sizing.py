@@ -7,7 +7,14 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from servebench.trends.sizing import requests_needed, sampling_noise, size_cells
+from servebench.config.load import AutoRequests
+from servebench.trends.sizing import (
+    CellSize,
+    requests_needed,
+    sampling_noise,
+    size_cells,
+    size_night,
+)
 
 
 def test_without_launch_noise_the_count_grows_with_the_square_of_the_ratio():
@@ -119,3 +126,49 @@ def test_the_cli_says_what_each_cell_needs(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "t/v/w/c1" in out and "ttft_ms_p50" in out and "25.0%" in out and "10%" in out
     assert "requests (~" in out or "launch-to-launch noise" in out
+
+
+def _size(cid, metric, detectable, needed, n=24, goal=0.10):
+    target, variant, workload, point = cid.split("/")
+    return CellSize(target, variant, workload, point, metric, n, detectable, goal, 0.08, 0.06,
+                    0.05, needed, None)
+
+
+def _last(rows):
+    return pd.DataFrame([{"cell_id": cid, "status": status, "n_requests": n, "duration_s": s}
+                         for cid, status, n, s in rows])
+
+
+def test_size_night_grants_what_each_series_needs_cheapest_first_within_the_budget():
+    cells = [("t/a/w/c1", 24), ("t/b/w/c1", 24), ("t/c/w/c1", 24), ("t/d/w/c1", 24)]
+    last = _last([("t/a/w/c1", "ok", 24, 12.0), ("t/b/w/c1", "ok", 24, 2.4),
+                  ("t/c/w/c1", "ok", 24, 2.4), ("t/d/w/c1", "ok", 24, 2.4)])
+    sizes = [_size("t/a/w/c1", "ttft_ms_p95", 0.2, 96),  # 72 more at 0.5 s: 36 s
+             _size("t/b/w/c1", "ttft_ms_p95", 0.2, 96),  # 72 more at 0.1 s: 7.2 s
+             _size("t/b/w/c1", "tpot_ms_p50", 0.15, 48),  # the most of its metrics wins
+             _size("t/c/w/c1", "ttft_ms_p95", 0.3, None),  # launch noise: no count helps
+             _size("t/d/w/c1", "ttft_ms_p95", 0.05, 24)]  # catches its goal already
+    got = {c.cell_id: c for c in size_night(cells, sizes, last, AutoRequests(budget_s=20))}
+    assert got["t/b/w/c1"].count == 96 and got["t/b/w/c1"].added_s == pytest.approx(7.2)
+    assert got["t/a/w/c1"].count == 24 and got["t/a/w/c1"].wanted == 96
+    assert got["t/a/w/c1"].why.startswith("over the budget: 96 would add 36 s, 13 s left")
+    assert got["t/c/w/c1"].count == 24 and "launch-to-launch" in got["t/c/w/c1"].why
+    assert got["t/d/w/c1"].count == 24 and got["t/d/w/c1"].why == "every metric catches its goal"
+    # a budget for both grants both; the factor caps a count
+    both = size_night(cells, sizes, last, AutoRequests(budget_s=60, max_factor=3))
+    assert [c.count for c in both] == [72, 72, 24, 24]
+
+
+def test_a_sized_count_holds_and_goes_first_and_a_cell_without_history_keeps_its_own():
+    cells = [("t/a/w/c1", 24), ("t/b/w/c1", 24), ("t/new/w/c1", 24), ("t/bad/w/c1", 24)]
+    # last night: a ran 96 (sized before), its series now catches the goal from nights mostly at
+    # 24; b wants 48 and is cheaper, but a's count holds first
+    last = _last([("t/a/w/c1", "ok", 96, 9.6), ("t/b/w/c1", "ok", 24, 1.2),
+                  ("t/bad/w/c1", "failed", 24, None)])
+    sizes = [_size("t/a/w/c1", "ttft_ms_p95", 0.08, 96, n=96),
+             _size("t/b/w/c1", "ttft_ms_p95", 0.14, 48)]
+    got = size_night(cells, sizes, last, AutoRequests(budget_s=8))
+    assert [c.count for c in got] == [96, 24, 24, 24]
+    assert got[0].added_s == pytest.approx(7.2) and "holds last night's 96" in got[0].why
+    assert got[1].why.startswith("over the budget: 48 would add 1 s, 1 s left")
+    assert got[2].why == got[3].why == "no judged night of its series yet"
