@@ -29,6 +29,7 @@ from ec2_hosts import GPU_USED_MIB, StandInHosts, namespaces_available
 from measured import assert_measured
 from servebench.provision.local import free_port
 from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.stacks.vllm import cpu_flags
 
 pytestmark = pytest.mark.integration
 
@@ -251,6 +252,12 @@ def test_variants_relaunch_the_container_in_place_reached_over_the_instance_addr
     assert units["kv_cache_source"].str.startswith("llama-server's log: n_slots").all()
 
 
+# the CPU build serves W8A8 in float32 or bfloat16, but on a CPU with AMX its kernel takes
+# bfloat16 or half only (stacks.vllm.CPU_RECIPE_FLAG_DTYPES); a GPU run of the same checkpoint
+# says bfloat16 or float16 (or nothing: the checkpoint's own)
+W8A8_DTYPE = "bfloat16" if "amx_tile" in cpu_flags() else "float32"
+
+
 @pytest.fixture(scope="module")
 def w8a8_checkpoint() -> Path:
     """The local default's W8A8 INT8 checkpoint of adder-3m (SmoothQuant + GPTQ, in the
@@ -267,7 +274,8 @@ def w8a8_checkpoint() -> Path:
         pytest.fail(f"no quantization venv at {settings.quant_venv}: run `make quant`")
     local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
     vllm = next(t for t in local["targets"] if t["stack"] == "vllm")
-    w8a8 = next(v for v in vllm["variants"] if v["name"] == "w8a8-int8")
+    w8a8 = {**next(v for v in vllm["variants"] if v["name"] == "w8a8-int8"),
+            "dtype": W8A8_DTYPE}
     data = {**local, "cross_stack": [],
             "targets": [{**vllm, "baseline": w8a8["name"], "variants": [w8a8]}]}
     plan = plan_spec(parse_sweep(data, "local.yaml"), "local.yaml", settings=settings)
@@ -288,9 +296,7 @@ def test_a_quantized_vllm_checkpoint_serves_through_the_gpu_command_line_on_an_i
     ec2, hosts, subnet, ami, env, _ = aws
     mount = f"/models/{w8a8_checkpoint.name}"
     variant = {"name": "w8a8-int8", "model": str(w8a8_checkpoint), "quant": "w8a8_int8",
-               # the CPU build computes in float32 or bfloat16; a GPU run of the same
-               # checkpoint says bfloat16 or float16 (or nothing: the checkpoint's own)
-               "dtype": "float32", "max_num_seqs": 4, "max_model_len": 512,
+               "dtype": W8A8_DTYPE, "max_num_seqs": 4, "max_model_len": 512,
                "image": VLLM_IMAGE}
     data = local_sweep([{
         "name": "adder-gpu", "stack": "vllm", "baseline": "w8a8-int8",
@@ -315,7 +321,7 @@ def test_a_quantized_vllm_checkpoint_serves_through_the_gpu_command_line_on_an_i
     # reads the checkpoint's compressed-tensors config)
     argv = json.loads(cell["launch_args"])
     assert argv[:3] == ["vllm", "serve", mount] and "--quantization" not in argv, argv
-    assert argv[argv.index("--dtype") + 1] == "float32"
+    assert argv[argv.index("--dtype") + 1] == W8A8_DTYPE
     [launch] = [r["script"] for r in hosts.gone[iid].ran if "docker run" in r["script"]]
     assert f"-v {w8a8_checkpoint}:{mount}" in launch and "--entrypoint vllm" in launch
     log = (hosts.workdir / iid / "servebench-server.log").read_text()

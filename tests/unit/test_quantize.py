@@ -154,6 +154,30 @@ def test_the_cpu_build_refuses_what_the_workers_cpu_or_dtype_cannot_run():
     w8a8 = w4.model_copy(update={"recipe": w4.recipe.model_copy(
         update={"scheme": "W8A8", "group_size": None})})
     assert cpu_recipe_refusals(w8a8, {"avx2"}) == []  # oneDNN: no instruction required
+    # with AMX its symmetric-activation W8A8 runs on sgl's kernel, which computes in bf16/half
+    assert cpu_recipe_refusals(w8a8, {"avx512f", "amx_tile"}) == []  # bfloat16
+    f32 = w8a8.model_copy(update={"dtype": "float32"})
+    assert cpu_recipe_refusals(f32, {"avx512f"}) == []
+    [amx] = cpu_recipe_refusals(f32, {"avx512f", "amx_tile"})
+    assert amx.startswith("field dtype 'float32': on this worker's CPU (amx_tile in "
+                          "/proc/cpuinfo) vLLM's CPU build runs scheme 'W8A8' with sgl's "
+                          "int8_scaled_mm_with_quant, which computes in bfloat16 or float16 "
+                          "only: 'int8_scaled_mm_with_quant: expect A to be bfloat16 or half.'")
+
+
+def test_a_recipe_files_schemes_are_read_for_the_refusals(tmp_path):
+    from servebench.settings import Settings
+    from servebench.stacks.vllm import recipe_schemes
+
+    (tmp_path / "r.yaml").write_text("quant_stage:\n  quant_modifiers:\n    "
+                                     "QuantizationModifier:\n      scheme: W8A8\n")
+    spec = _local()
+    spec["targets"][VLLM]["variants"].append(_variant({"file": "r.yaml"}, dtype="float32"))
+    v = parse_sweep(spec, "x").targets[VLLM].variants[2]
+    assert recipe_schemes(v, Settings(project_root=tmp_path)) == ["W8A8"]
+    [amx] = cpu_recipe_refusals(v, {"amx_tile"}, ["W8A8"])
+    assert amx.startswith("field dtype 'float32': on this worker's CPU (amx_tile")
+    assert recipe_schemes(v, Settings(project_root=tmp_path / "nowhere")) == []
 
 
 def _planned(tmp_path: Path, recipe: dict = GPTQ, **kw) -> Plan:

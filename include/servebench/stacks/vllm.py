@@ -239,7 +239,7 @@ class VllmStack(HfGpuStack):
         build = installed_build(settings.vllm_venv)
         if build is None or build[0] != "cpu" or variant.recipe is None:
             return []
-        return cpu_recipe_refusals(variant, cpu_flags())
+        return cpu_recipe_refusals(variant, cpu_flags(), recipe_schemes(variant, settings))
 
     def local_launch(self, variant: VariantSpec, *, host: str, port: int,
                      settings: Settings) -> LaunchSpec:
@@ -303,11 +303,17 @@ def cache_config_tokens(metrics: str | None) -> tuple[int | None, str | None]:
 #   (float32 dies at the first forward: '"cpu_gemm_wna16" not implemented for 'Float'').
 #   AMX switches it to its amx path (and, with VLLM_CPU_INT4_W4A8, to int4 x int8).
 # * INT8 W8A8: CPUInt8ScaledMMLinearKernel (kernels/linear/scaled_mm/cpu.py) through oneDNN
-#   (onednn_scaled_mm, in all three libraries: oneDNN picks the ISA at run time), or with AMX
-#   sgl's int8_scaled_mm_with_quant: no instruction required.
+#   (onednn_scaled_mm, in all three libraries: oneDNN picks the ISA at run time): no
+#   instruction required. With AMX (amx_tile) and symmetric activations (the W8A8 preset's)
+#   it takes sgl's int8_scaled_mm_with_quant instead (check_cpu_sgl_kernel reads the int8
+#   weight's dtype, not the model's), which takes bfloat16 or half activations only: float32
+#   dies at the first forward (seen on a Xeon with AMX, 2026-12-05).
 # * FP8 weights (FP8, FP8_DYNAMIC): the Torch FP8 kernels (torch._scaled_mm on CPU;
 #   CPUFP8W8A8ScaledMMLinearKernel only with AMX-FP8): no instruction required by vLLM.
 CPU_RECIPE_FLAGS = {"W4A16": ("avx512f",), "W4A16_ASYM": ("avx512f",)}
+# (scheme, the CPU flag that switches its kernel) -> the dtypes that kernel computes in
+CPU_RECIPE_FLAG_DTYPES = {("W8A8", "amx_tile"): ("bfloat16", "float16")}
+CPU_AMX_W8A8_WORDS = "'int8_scaled_mm_with_quant: expect A to be bfloat16 or half.'"
 CPU_RECIPE_DTYPES = {"W4A16": "bfloat16", "W4A16_ASYM": "bfloat16"}
 CPU_REFUSED_SCHEMES = {  # the engine's words, serving such a checkpoint (2026-12-04)
     "W8A16": "'Failed to find a kernel that can implement the WNA16 linear layer. Reasons: "
@@ -345,14 +351,42 @@ def cpu_recipe_problems(variant: VariantSpec) -> list[str]:
     return problems
 
 
-def cpu_recipe_refusals(variant: VariantSpec, flags: set[str]) -> list[str]:
-    """Why a worker with CPU ``flags`` cannot run ``variant``'s recipe on the CPU build,
-    though the spec is right (empty: it can)."""
-    scheme = variant.recipe.scheme if variant.recipe else None
-    missing = [flag for flag in CPU_RECIPE_FLAGS.get(scheme, ()) if flag not in flags]
-    if not missing:
+def recipe_schemes(variant: VariantSpec, settings: Settings) -> list[str]:
+    """The preset schemes ``variant``'s recipe makes: its ``scheme``, or every ``scheme:`` its
+    llm-compressor recipe file names (empty where it names none, or cannot be read: the plan
+    says so of its own)."""
+    recipe = variant.recipe
+    if recipe is None:
         return []
-    return [f"field recipe.scheme {scheme!r}: vLLM's CPU build runs it with cpu_gemm_wna16, "
-            f"built only for CPUs with {', '.join(missing)}, which this worker lacks "
-            "(/proc/cpuinfo)"]
+    if recipe.scheme is not None:
+        return [recipe.scheme]
+    try:
+        text = settings.resolve(recipe.file).read_text()
+    except OSError:
+        return []
+    return re.findall(r"^\s*scheme:\s*['\"]?([A-Za-z0-9_]+)", text, flags=re.M)
+
+
+def cpu_recipe_refusals(variant: VariantSpec, flags: set[str],
+                        schemes: list[str] | None = None) -> list[str]:
+    """Why a worker with CPU ``flags`` cannot run ``variant``'s recipe on the CPU build,
+    though the spec is right (empty: it can); ``schemes``: what its recipe makes (default:
+    its ``scheme``)."""
+    if schemes is None:
+        schemes = [variant.recipe.scheme] if variant.recipe and variant.recipe.scheme else []
+    field = "recipe.scheme" if variant.recipe and variant.recipe.scheme else "recipe.file"
+    out = []
+    for scheme in dict.fromkeys(schemes):
+        missing = [flag for flag in CPU_RECIPE_FLAGS.get(scheme, ()) if flag not in flags]
+        if missing:
+            out.append(f"field {field} {scheme!r}: vLLM's CPU build runs it with "
+                       f"cpu_gemm_wna16, built only for CPUs with {', '.join(missing)}, which "
+                       "this worker lacks (/proc/cpuinfo)")
+        for (of, flag), dtypes in CPU_RECIPE_FLAG_DTYPES.items():
+            if of == scheme and flag in flags and variant.dtype not in dtypes:
+                out.append(f"field dtype {variant.dtype!r}: on this worker's CPU ({flag} in "
+                           f"/proc/cpuinfo) vLLM's CPU build runs scheme {scheme!r} with "
+                           f"sgl's int8_scaled_mm_with_quant, which computes in "
+                           f"{' or '.join(dtypes)} only: {CPU_AMX_W8A8_WORDS}")
+    return out
 
