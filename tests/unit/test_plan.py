@@ -130,8 +130,10 @@ def test_an_image_outside_the_adapters_checked_releases_is_a_warning(tmp_path):
              "image": "registry.local:5000/vllm@sha256:" + "b" * 64}]})
 
     plan = plan_run(str(_sweep(tmp_path, add_vllm)), settings=_settings(tmp_path))
-    assert len(plan["warnings"]) == 1, plan["warnings"]
-    warning = plan["warnings"][0]
+    # (what this worker's CPU refuses of the local default's vLLM variants warns too)
+    images = [w for w in plan["warnings"] if "refused, its cells stored failed" not in w]
+    assert len(images) == 1, plan["warnings"]
+    warning = images[0]
     assert "variants[0](name=new).image: vllm/vllm-openai:v0.21.0" in warning
     assert "outside the releases" in warning and ">=0.15.0,<0.20" in warning
 
