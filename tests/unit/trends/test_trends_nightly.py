@@ -601,3 +601,17 @@ def test_the_digest_and_report_say_which_series_cannot_see_the_sweeps_step(histo
     strict = blind_lines(rows.assign(goal=0.01))
     assert strict[3].startswith("_4 of 6 series cannot catch a worse step of 1%"), strict
     assert strict[5].startswith("- `t / ") and "catches >= " in strict[5]
+
+
+def test_a_cells_new_request_count_is_named_as_what_changed():
+    """load.auto_requests sizes a cell's count from night to night: the night it changes,
+    a step is attributed to it."""
+    import pandas as pd
+    from servebench.trends.attribution import recorded_change
+
+    runs = pd.DataFrame({"run_id": ["r0", "r1"], "suite_git_sha": "abc",
+                         "sweep_hash": "h", "spec_json": None})
+    where = {"target": "t", "stack": "vllm", "variant": "v", "workload": "w", "load_point": "c1"}
+    cells = pd.DataFrame([{"run_id": r, **where, "n_requests": n}
+                          for r, n in (("r0", 24), ("r1", 96))])
+    assert recorded_change(cells, runs, where, 1) == "n_requests 24 -> 96"
