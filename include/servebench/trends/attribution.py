@@ -108,13 +108,27 @@ def attribute(cells: pd.DataFrame, runs: pd.DataFrame, row: dict, night: int, *,
     variant's cost +14% and +20% the two nights after its slots were cut, then +58% on a slow
     night of the host): where every night since that change stood LEAD_SIGMAS of the
     baseline's noise off on the jump's side, it is the change night. Else the detector's
-    night, with nothing recorded changed."""
+    night, with nothing recorded changed. Nights with no value just before the detector's
+    night (the series could not show the change on them) are searched for a recorded change
+    too, nearest first."""
     for offset in sorted(range(-tolerance, tolerance + 1), key=lambda d: (abs(d), d)):
         candidate = night + offset
         if lo < candidate <= hi:
             cause = recorded_change(cells, runs, row, candidate)
             if cause != NOTHING_CHANGED:
                 return candidate, cause
+    if values is not None:
+        # the nights just before the located one that have no value (cells invalid or failed
+        # while the change began): the change may be any of them, and the series could not
+        # show it sooner (seen in the local proof: a cut dated two nights late, nothing
+        # recorded, its first two nights invalid under a loaded host)
+        gap = night - 1
+        while gap > lo and not np.isfinite(values[gap]):
+            if gap < night - tolerance:
+                cause = recorded_change(cells, runs, row, gap)
+                if cause != NOTHING_CHANGED:
+                    return gap, cause
+            gap -= 1
     if values is not None and lead:
         side = np.sign(values[night] - np.nanmedian(values[lo:night]))
         for earlier in range(night - 1, max(lo, night - lead - 1), -1):

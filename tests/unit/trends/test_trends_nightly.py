@@ -615,3 +615,31 @@ def test_a_cells_new_request_count_is_named_as_what_changed():
     cells = pd.DataFrame([{"run_id": r, **where, "n_requests": n}
                           for r, n in (("r0", 24), ("r1", 96))])
     assert recorded_change(cells, runs, where, 1) == "n_requests 24 -> 96"
+
+
+def test_a_change_whose_first_nights_have_no_value_is_dated_to_its_recorded_cause():
+    """The local proof under load: the victim's slots cut on night 14, its cells invalid on
+    nights 14-16 (no value), the change located on night 17. The nights without a value are
+    searched for the recorded change: night 14, with its cause. Values on those nights, or a
+    recorded change outside the gap, leave the detector's night."""
+    import pandas as pd
+    from servebench.trends.attribution import NOTHING_CHANGED, attribute
+
+    n = 20
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(n)],
+                         "run_date": [dt.date(2026, 11, 1 + i) for i in range(n)],
+                         "suite_git_sha": "abc", "sweep_hash": "h"})
+    where = {"target": "t", "stack": "llama_cpp", "variant": "victim", "workload": "w",
+             "load_point": "c4"}
+    cells = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
+                           "launch_args": '["llama-server", "--parallel", "%d"]'
+                           % (4 if i < 14 else 1)} for i in range(n)])
+    ttft = np.array([20.0] * 14 + [np.nan] * 3 + [30.0] * 3)
+    assert attribute(cells, runs, where, 17, lo=0, hi=19, tolerance=1, values=ttft) == (
+        14, "launch args --parallel 4 -> 1")
+    valued = np.array([20.0] * 14 + [21.0] * 3 + [30.0] * 3)
+    assert attribute(cells, runs, where, 17, lo=0, hi=19, tolerance=1, values=valued) == (
+        17, NOTHING_CHANGED)
+    one_gap = np.array([20.0] * 16 + [np.nan] + [30.0] * 3)  # night 14 held a value
+    assert attribute(cells, runs, where, 17, lo=0, hi=19, tolerance=0, values=one_gap) == (
+        17, NOTHING_CHANGED)
