@@ -116,12 +116,9 @@ class _Sample:
 
 
 def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
-    rows = requests[(requests["cell_id"] == cell["cell_id"]) & ~requests["warmup"]
-                    & requests["ok"]]
-    if rows.empty or not cell.get("duration_s"):
+    records = RequestRecord.measured(requests, cell["cell_id"])
+    if not records or not cell.get("duration_s"):
         return None
-    records = [RequestRecord.from_row(r)
-               for r in rows.to_dict("records")]
     # the canonical per-request definitions (metrics.py); a missing first chunk reads as NaN
     ttft = [(t * 1000 if t is not None else math.nan) for t in map(ttft_s, records)]
     tpot = [(t * 1000 if t is not None else math.nan) for t in map(tpot_s, records)]

@@ -109,6 +109,14 @@ class RequestRecord:
         other columns -- ``ok``, the run's ids -- left out)."""
         return cls(**{k: v for k, v in row.items() if k in cls.__dataclass_fields__})
 
+    @classmethod
+    def measured(cls, requests: Any, cell_id: str) -> list[RequestRecord]:
+        """A cell's measured requests from a stored ``requests`` frame (pandas), warm-up and
+        failed requests left out: what its percentiles are made of."""
+        rows = requests[(requests["cell_id"] == cell_id) & ~requests["warmup"]
+                        & requests["ok"]]
+        return [cls.from_row(r) for r in rows.to_dict("records")]
+
     def to_row(self) -> dict[str, Any]:
         """Flat dict for Arrow/Parquet: one column per field, lists stay lists, plus ``ok``."""
         row = asdict(self)

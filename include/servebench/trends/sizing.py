@@ -140,11 +140,8 @@ def size_cells(detectability: pd.DataFrame, cells: pd.DataFrame,
         if cell.empty:
             continue
         cell = cell.iloc[0]
-        mine = requests[(requests["cell_id"] == cell["cell_id"]) & ~requests["warmup"]
-                        & requests["ok"]]
         define, q = PER_REQUEST[row["metric"]]
-        records = [RequestRecord.from_row(r)
-                   for r in mine.to_dict("records")]
+        records = RequestRecord.measured(requests, cell["cell_id"])
         values = np.array([math.nan if (v := define(r)) is None else v for r in records],
                           float)
         sampling = sampling_noise(values, q)
