@@ -225,7 +225,8 @@ def size_night(cells: Iterable[tuple[str, int]], sizes: list[CellSize],
         want = max([ran or base, *helped])
         want = max(base, min(want, math.floor(base * auto.max_factor)))
         if want == base:
-            why = ("every metric catches its goal" if not short else
+            why = ("its series has too few nights to judge yet" if not mine else
+                   "every metric catches its goal" if not short else
                    "launch-to-launch noise alone keeps it above its goal"
                    if not helped else "its workload's count is enough")
             out[cid] = CellCount(cid, base, base, want, 0.0, why)
@@ -234,7 +235,8 @@ def size_night(cells: Iterable[tuple[str, int]], sizes: list[CellSize],
             out[cid] = CellCount(cid, base, base, want, 0.0,
                                  "no measured seconds per request to price it")
             continue
-        worst = max(short, key=lambda s: s.detectable, default=None)
+        worst = max((s for s in short if s.needed is not None),
+                    key=lambda s: s.detectable, default=None)
         why = (f"{worst.metric} catches {worst.detectable:.1%} at {worst.requests}, "
                f"goal {worst.goal:.0%}" if worst is not None
                else f"holds last night's {ran}")

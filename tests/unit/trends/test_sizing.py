@@ -172,3 +172,11 @@ def test_a_sized_count_holds_and_goes_first_and_a_cell_without_history_keeps_its
     assert got[0].added_s == pytest.approx(7.2) and "holds last night's 96" in got[0].why
     assert got[1].why.startswith("over the budget: 48 would add 1 s, 1 s left")
     assert got[2].why == got[3].why == "no judged night of its series yet"
+
+
+def test_a_cell_whose_series_is_too_short_says_so_and_keeps_a_sized_count():
+    cells = [("t/a/w/c1", 24), ("t/b/w/c1", 24)]
+    last = _last([("t/a/w/c1", "ok", 24, 2.4), ("t/b/w/c1", "ok", 96, 9.6)])
+    got = size_night(cells, [], last, AutoRequests(budget_s=60))
+    assert (got[0].count, got[0].why) == (24, "its series has too few nights to judge yet")
+    assert (got[1].count, got[1].why) == (96, "sized: holds last night's 96")
