@@ -30,10 +30,14 @@ def test_every_local_variant_serves(tmp_path):
     results = smoke_sweep(spec, Settings(), tmp_path)
     expected = {(t.name, v.name) for t in spec.targets for v in t.variants}
     assert {(r.target, r.variant) for r in results} == expected
-    # vLLM's CPU build runs 4-bit weights on AVX-512F CPUs only (this kind of worker's CPUs
-    # vary): elsewhere those variants are refused, saying so
-    refused = set() if "avx512f" in cpu_flags() else {"w4a16-gptq", "w4a16-awq"}
-    assert all("built only for CPUs with avx512f" in r.line() for r in results
+    # vLLM's CPU build runs 4-bit weights on AVX-512F CPUs only, and with AMX its W8A8 in
+    # bfloat16 or half only (this kind of worker's CPUs vary): those are refused, saying so
+    why = {**({} if "avx512f" in cpu_flags() else
+              dict.fromkeys(["w4a16-gptq", "w4a16-awq"], "built only for CPUs with avx512f")),
+           **({"w8a8-int8": "computes in bfloat16 or float16"}
+              if "amx_tile" in cpu_flags() else {})}
+    refused = set(why)
+    assert all(why[r.variant] in r.line() for r in results
                if r.variant in refused and not r.ok)
     assert [r.line() for r in results if not r.ok and r.variant not in refused] == []
     assert not list(tmp_path.glob("*.server.json")), "a smoke server was left running"
