@@ -24,12 +24,17 @@ from servebench.notify.notifier import Notifier, notifier_for
 from servebench.plan import Plan, Unit, make_plan
 from servebench.provision import Provisioner, get_provisioner, provision_kinds
 from servebench.provision.interface import host_session
-from servebench.publish import keep_paid_hosts, keep_unit_rows, publish_run, unit_failed_cells
+from servebench.publish import (
+    keep_paid_hosts,
+    keep_unit_rows,
+    publish_run,
+    unit_failed_cells,
+)
 from servebench.quantize.make import make_variant
 from servebench.results.store import ResultStore
 from servebench.settings import Settings, get_settings
 from servebench.trends.judge import judge_night
-from servebench.trends.sizing import size_from_store, sizable
+from servebench.trends.sizing import sizable, size_from_store
 
 log = logging.getLogger(__name__)
 

@@ -364,7 +364,7 @@ def recipe_schemes(variant: VariantSpec, settings: Settings) -> list[str]:
         text = settings.resolve(recipe.file).read_text()
     except OSError:
         return []
-    return re.findall(r"^\s*scheme:\s*['\"]?([A-Za-z0-9_]+)", text, flags=re.M)
+    return re.findall(r"^\s*scheme:\s*['\"]?([A-Za-z0-9_]+)", text, flags=re.MULTILINE)
 
 
 def cpu_recipe_refusals(variant: VariantSpec, flags: set[str],

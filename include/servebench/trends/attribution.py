@@ -20,7 +20,8 @@ CELL_PROVENANCE = ("engine_version", "launch_args", "model_file_sha256", "recipe
                    "sampling_hash", "hardware", "image", "gpu",
                    "n_requests")  # image: the digest pulled;
 # n_requests: how many the cell measured (load.auto_requests sizes it: a percentile of more
-# requests is estimated with less small-sample bias, so it may sit apart); gpu: driver, CUDA; recipe_hash: what made a recipe variant's checkpoint (servebench.quantize:
+# requests is estimated with less small-sample bias, so it may sit apart); gpu: driver, CUDA;
+# recipe_hash: what made a recipe variant's checkpoint (servebench.quantize:
 # its series stays its base model's, so a recipe change is a change within it, named here);
 # and the suite's commit, named only where the cell's measuring_code moved (_suite_diff), and
 # the cell's part of the sweep spec (_spec_diff)

@@ -27,7 +27,6 @@ seconds the counts add stay within the spec's budget.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -36,13 +35,15 @@ import numpy as np
 import pandas as pd
 
 from servebench.config.load import AutoRequests, LoadPoint
-from servebench.config.workloads import ChatLengthsWorkload, FixedWorkload, LongContextWorkload
+from servebench.config.workloads import (
+    ChatLengthsWorkload,
+    FixedWorkload,
+    LongContextWorkload,
+)
 from servebench.metrics import e2e_s, tpot_s, ttft_s
 from servebench.records import RequestRecord
 from servebench.results.store import ResultStore
 from servebench.trends.series import nightly_runs
-
-log = logging.getLogger(__name__)
 
 # the cell metrics that are a percentile of its requests: (per-request definition, q)
 PER_REQUEST = {

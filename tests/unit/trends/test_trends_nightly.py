@@ -402,16 +402,11 @@ def test_a_cell_is_blamed_only_on_its_own_part_of_the_sweep_spec():
     assert recorded_change(cells, bare, steady, 1) == "sweep hash h0 -> h1"
 
 
-def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
-    """From a local proof run: the victim's throughput, slots cut on night 14; the detector
-    placed the change on night 10, where a few nights ran 2-9% low. The recorded change of
-    night 14 steps the level further the same way: it is the change night."""
+def _slots_cut(n: int, cut: int = 14):
+    """(runs, where, cells) of ``n`` nights of a victim cell whose llama-server slots are cut
+    from 4 to 1 on night ``cut`` (its launch args recorded each night)."""
     import pandas as pd
-    from servebench.trends.attribution import NOTHING_CHANGED, attribute
 
-    tput = np.array([2761, 2760, 2756, 2542, 2746, 2662, 2635, 2735, 2766, 2724, 2493, 2654,
-                     2556, 2736, 2279], dtype=float)
-    n = len(tput)
     runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(n)],
                          "run_date": [dt.date(2026, 11, 1 + i) for i in range(n)],
                          "suite_git_sha": "abc", "sweep_hash": "h"})
@@ -419,7 +414,19 @@ def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
              "load_point": "c4"}
     cells = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
                            "launch_args": '["llama-server", "--parallel", "%d"]'
-                           % (4 if i < 14 else 1)} for i in range(n)])
+                           % (4 if i < cut else 1)} for i in range(n)])
+    return runs, where, cells
+
+
+def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
+    """From a local proof run: the victim's throughput, slots cut on night 14; the detector
+    placed the change on night 10, where a few nights ran 2-9% low. The recorded change of
+    night 14 steps the level further the same way: it is the change night."""
+    from servebench.trends.attribution import NOTHING_CHANGED, attribute
+
+    tput = np.array([2761, 2760, 2756, 2542, 2746, 2662, 2635, 2735, 2766, 2724, 2493, 2654,
+                     2556, 2736, 2279], dtype=float)
+    runs, where, cells = _slots_cut(len(tput))
     assert attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2, values=tput) == (
         14, "launch args --parallel 4 -> 1")
     assert attribute(cells, runs, where, 10, lo=0, hi=14, tolerance=2) == (10, NOTHING_CHANGED)
@@ -427,12 +434,7 @@ def test_a_change_placed_early_on_soft_nights_takes_the_later_recorded_change():
     # smaller than the located one -- the recorded change still explains it
     soft = np.array([2487, 2377, 2468, 2406, 2375, 2444, 2396, 2323, 2439, 2446, 2490, 2083,
                      2327, 2390, 2150, 2138, 2359, 2133], dtype=float)
-    runs18 = pd.DataFrame({"run_id": [f"r{i}" for i in range(18)],
-                           "run_date": [dt.date(2026, 11, 1 + i) for i in range(18)],
-                           "suite_git_sha": "abc", "sweep_hash": "h"})
-    cells18 = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
-                             "launch_args": '["llama-server", "--parallel", "%d"]'
-                             % (4 if i < 14 else 1)} for i in range(18)])
+    runs18, _, cells18 = _slots_cut(18)
     assert attribute(cells18, runs18, where, 11, lo=0, hi=17, tolerance=2, values=soft) == (
         14, "launch args --parallel 4 -> 1")
     # a later recorded change the level did not step at (or stepped the other way) is not it
@@ -622,18 +624,9 @@ def test_a_change_whose_first_nights_have_no_value_is_dated_to_its_recorded_caus
     nights 14-16 (no value), the change located on night 17. The nights without a value are
     searched for the recorded change: night 14, with its cause. Values on those nights, or a
     recorded change outside the gap, leave the detector's night."""
-    import pandas as pd
     from servebench.trends.attribution import NOTHING_CHANGED, attribute
 
-    n = 20
-    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(n)],
-                         "run_date": [dt.date(2026, 11, 1 + i) for i in range(n)],
-                         "suite_git_sha": "abc", "sweep_hash": "h"})
-    where = {"target": "t", "stack": "llama_cpp", "variant": "victim", "workload": "w",
-             "load_point": "c4"}
-    cells = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
-                           "launch_args": '["llama-server", "--parallel", "%d"]'
-                           % (4 if i < 14 else 1)} for i in range(n)])
+    runs, where, cells = _slots_cut(20)
     ttft = np.array([20.0] * 14 + [np.nan] * 3 + [30.0] * 3)
     assert attribute(cells, runs, where, 17, lo=0, hi=19, tolerance=1, values=ttft) == (
         14, "launch args --parallel 4 -> 1")
