@@ -85,7 +85,7 @@ def peak_rss_mb() -> float:
 def measure(args: argparse.Namespace) -> dict:
     """One measurement, in this process (``--measure``)."""
     from servebench import traces
-    from servebench.tokenize import FileTokenizer
+    from servebench.tokenizer import FileTokenizer
     from servebench.workloads import build_prompts, max_sequence_tokens, trace_requests
 
     reads = []

@@ -7,8 +7,8 @@ set's three-way gate). The run fails on a regression; the verdict is kept beside
 (Markdown, and the ``gate_verdicts`` table) and posted to Slack. An inconclusive verdict needs
 a person: the run waits for their answer in Airflow's Required actions (Approve or Reject,
 and a comment), which is kept with the verdict; rejecting, or no answer, fails the run, so a
-run is green only when the candidate may ship. The logic lives in ``servebench.release_gate``
-and ``servebench.gate_decision``; this file wires it.
+run is green only when the candidate may ship. The logic lives in ``servebench.release.gate``
+and ``servebench.release.decision``; this file wires it.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from servebench.defaults import DEFAULT_SWEEP, GATE_PERSON_OPTIONS, RELEASE_GATE
 def release_gate():
     @task(retries=0)  # bad params do not heal
     def plan(params=None, dag_run=None) -> dict:
-        from servebench.release_gate import plan_gate
+        from servebench.release.gate import plan_gate
 
         return plan_gate(params, dag_run.run_after.date()).to_xcom()
 
@@ -67,7 +67,7 @@ def release_gate():
     # no retry: a retry would mix hosts' drift
     @task(retries=0, execution_timeout=timedelta(hours=5, minutes=15))
     def measure(plan: dict, provisioned: dict, run_id=None, dag_run=None, ti=None) -> dict:
-        from servebench.release_gate import measure_gate
+        from servebench.release.gate import measure_gate
 
         # a cleared task's next try draws prompts of its own (the host may have cached them)
         return measure_gate(plan, provisioned, run_id, dag_id=dag_run.dag_id,
@@ -83,7 +83,7 @@ def release_gate():
     @task(retries=0)  # the verdict fails the run: a retry would only repeat it
     def verdict(plan: dict, measured: dict, run_id=None) -> dict:
         from servebench.plan import Plan
-        from servebench.release_gate import ReleaseGateParams, conclude, decide
+        from servebench.release.gate import ReleaseGateParams, conclude, decide
 
         plan = Plan.from_xcom(plan)
         decision = decide(plan.spec, ReleaseGateParams.model_validate(plan.gate), measured)
@@ -108,7 +108,7 @@ def release_gate():
     # purpose: a retry would only repeat it
     @task(retries=0)
     def record_decision(run_id=None, dag_run=None, ti=None) -> dict:
-        from servebench.gate_decision import record_decision as record
+        from servebench.release.decision import record_decision as record
 
         return record(run_id, ti.xcom_pull(task_ids="person_decides"),
                       since=dag_run.run_after.date())

@@ -1,12 +1,12 @@
-"""The Benchmarks view in the Airflow UI: the board of ``servebench.board`` (latest runs, what
+"""The Benchmarks view in the Airflow UI: the board of ``servebench.view.board`` (latest runs, what
 the last nights raised, gate verdicts, trend charts), mounted in the API server at
 ``/servebench`` and shown under Browse -> Benchmarks. Wiring only: the page is built in
-``include/servebench/board.py``."""
+``include/servebench/view/board.py``."""
 
 from typing import ClassVar
 
 from airflow.plugins_manager import AirflowPlugin
-from servebench.board import create_app
+from servebench.view.board import create_app
 from servebench.defaults import BOARD_PATH
 
 

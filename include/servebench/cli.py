@@ -161,9 +161,9 @@ def _trends_replay(history_path: str, out: str, detectability: bool = False) -> 
 
 
 def compare_runs(run_a: str, run_b: str) -> Table:
-    """Cell by cell (``servebench.compare``): each compared statistic a -> b with its change,
+    """Cell by cell (``servebench.view.compare``): each compared statistic a -> b with its change,
     both statuses and gate verdicts (a cell one run lacks shows '-' on that side)."""
-    from servebench.compare import compare_cells, shown_columns
+    from servebench.view.compare import compare_cells, shown_columns
     from servebench.connections import open_store
 
     store = open_store(get_settings())

@@ -18,7 +18,7 @@ CLI_DAG_ID = "servebench-cli"  # what `servebench run` records as its dag_id (it
 RELEASE_GATE_THRESHOLDS = {"ttft_ms_p95": 0.25, "tpot_ms_p50": 0.15, "output_throughput": 0.10,
                            "goodput": 0.10}
 # a person's answers to an inconclusive release gate (its person_decides task's options) and
-# what each is recorded as (servebench.gate_decision)
+# what each is recorded as (servebench.release.decision)
 GATE_PERSON_OPTIONS = {"Approve": "approved", "Reject": "rejected"}
 # hosts benchmarked at once by one nightly run (one bench task each; one unit at a time per
 # host): each runs its load generator on a worker, so keep it within the workers' free cores

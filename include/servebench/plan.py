@@ -26,7 +26,7 @@ from servebench.quantize.checks import recipe_problems
 from servebench.quantize.inputs import checkpoint_for
 from servebench.settings import Settings, get_settings
 from servebench.stacks import get_stack
-from servebench.tokenize import tokenizer_problem
+from servebench.tokenizer import tokenizer_problem
 from servebench.workloads import (
     TEMPLATE_OVERHEAD_MAX,
     draw_prompt_seed,

@@ -186,7 +186,7 @@ def suite_git_sha() -> str:
 
 # the suite's own code that decides what a cell sends, how it is timed and scored, beside
 # the modules of its stack adapter and provisioner classes (measuring_code)
-MEASURING_FILES = ("bench/*.py", "endpoint.py", "metrics.py", "telemetry.py", "tokenize.py",
+MEASURING_FILES = ("bench/*.py", "endpoint.py", "metrics.py", "telemetry.py", "tokenizer.py",
                    "workloads.py", "traces.py", "capacity.py", "data/*", "loadgen/*.py",
                    "evals/*.py")
 _PACKAGE = Path(__file__).resolve().parent

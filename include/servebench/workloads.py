@@ -40,7 +40,7 @@ from servebench.config import (
     TraceWorkload,
     Workload,
 )
-from servebench.tokenize import Tokenizer, text_of_length
+from servebench.tokenizer import Tokenizer, text_of_length
 from servebench.traces import TraceRequest, load_trace
 
 # Chat templates add a few tokens around the content (BOS, role markers). The delivered

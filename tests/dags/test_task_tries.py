@@ -50,5 +50,5 @@ def test_the_nightly_bench_task_passes_its_try(bag, monkeypatch, try_number):
 def test_the_release_gate_measure_task_passes_its_try(bag, monkeypatch, try_number):
     measure = bag.dags["release_gate"].task_dict["measure"]
     context = _context(try_number, plan={}, provisioned={})
-    called = _run(measure, context, monkeypatch, "servebench.release_gate", "measure_gate")
+    called = _run(measure, context, monkeypatch, "servebench.release.gate", "measure_gate")
     assert called["try_number"] == try_number

@@ -15,7 +15,7 @@ from html import unescape
 import pytest
 import uvicorn
 from browser import CHROMIUM, dump_dom, screenshot, text_of
-from servebench.board import create_app
+from servebench.view.board import create_app
 from servebench.settings import Settings
 
 pytestmark = pytest.mark.integration

@@ -12,7 +12,7 @@ from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
 from servebench.metrics import PREFIX_CACHE_TOLERANCE
 from servebench.provision.local import LocalProvisioner
-from servebench.release_gate import ReleaseGateParams, run_repetitions
+from servebench.release.gate import ReleaseGateParams, run_repetitions
 from servebench.settings import PROJECT_ROOT, get_settings
 from servebench.workloads import build_prompts
 

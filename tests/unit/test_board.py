@@ -4,7 +4,7 @@ target; served only to a caller Airflow's auth lets read DAG runs."""
 
 import pytest
 from fastapi.testclient import TestClient
-from servebench.board import create_app, render_board
+from servebench.view.board import create_app, render_board
 from servebench.settings import Settings
 
 
@@ -85,7 +85,7 @@ def test_an_ad_hoc_run_is_marked_as_one(tmp_path):
 def test_release_gate_verdicts_are_listed_with_what_did_not_pass(tmp_path):
     import datetime as dt
 
-    from servebench.release_gate import verdict_rows
+    from servebench.release.gate import verdict_rows
     from servebench.results.schema import rows_to_table
     from servebench.results.store import ResultStore
 
@@ -116,7 +116,7 @@ def test_a_finding_links_to_its_chart_and_the_provenance_around_it(store):
     import re
     from html import unescape
 
-    from servebench.board import render_finding
+    from servebench.view.board import render_finding
 
     alerts = store.read_table("regressions").to_pandas()
     regression = alerts[alerts["kind"] == "regression"].iloc[0]
@@ -144,7 +144,7 @@ def test_the_boards_raised_lines_link_to_their_pages(store):
 
 
 def _page_of(store, kind):
-    from servebench.board import render_finding
+    from servebench.view.board import render_finding
 
     alerts = store.read_table("regressions").to_pandas()
     row = alerts[alerts["kind"] == kind].iloc[0]
@@ -174,7 +174,7 @@ def test_a_gate_failures_page_draws_its_variants_accuracy(store):
 
 
 def test_the_trends_narrow_to_one_variant_and_metric(store):
-    from servebench.board import TrendView
+    from servebench.view.board import TrendView
 
     everything = render_board(store).split("id='trends'")[1]
     page = render_board(store, view=TrendView(variant="q4", metric="ttft_ms_p95", nights=10))
@@ -209,7 +209,7 @@ def test_a_trend_marks_every_change_its_range_holds_not_only_the_last_weeks(stor
     """q4's TTFT p95 regression (raised 3 nights after night 20) is older than the board's
     last week of findings: its panel still marks it, with its cause on hover; a range of
     the last 5 nights leaves it out."""
-    from servebench.board import TrendView
+    from servebench.view.board import TrendView
 
     trends = render_board(store).split("id='trends'")[1]
     assert trends.count("<line class='change regression'") == 1
@@ -267,7 +267,7 @@ def test_a_release_gate_whose_quality_was_not_judged_says_so(tmp_path):
     """A target without a golden set: its gate's quality line reads "not judged", in words."""
     import datetime as dt
 
-    from servebench.release_gate import verdict_rows
+    from servebench.release.gate import verdict_rows
     from servebench.results.schema import rows_to_table
     from servebench.results.store import ResultStore
 
@@ -301,7 +301,7 @@ def test_each_trend_line_says_what_it_catches_within_three_nights(store):
 def test_a_findings_page_says_what_its_series_caught_before_the_change(store):
     import re
 
-    from servebench.board import render_finding
+    from servebench.view.board import render_finding
 
     alerts = store.read_table("regressions").to_pandas()
     regression = alerts[alerts["kind"] == "regression"].iloc[0]

@@ -1,9 +1,9 @@
-"""Two runs cell by cell (servebench.compare, behind `servebench compare` and the view's compare
+"""Two runs cell by cell (servebench.view.compare, behind `servebench compare` and the view's compare
 page): changes, a cell one run lacks, and an slo cell compared by its load within SLO."""
 
 import pandas as pd
 import pytest
-from servebench.compare import compare_cells, shown_columns
+from servebench.view.compare import compare_cells, shown_columns
 
 
 def _cell(run, point, **values):

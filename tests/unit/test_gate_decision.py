@@ -5,10 +5,10 @@ view says it instead of "needs a person"."""
 import datetime as dt
 
 import pytest
-from servebench.board import render_board
+from servebench.view.board import render_board
 from servebench.errors import ReleaseGateFailed
-from servebench.gate_decision import record_decision, verdict_path
-from servebench.release_gate import outcome, render_verdict, verdict_rows
+from servebench.release.decision import record_decision, verdict_path
+from servebench.release.gate import outcome, render_verdict, verdict_rows
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore
 from servebench.settings import Settings

@@ -97,3 +97,15 @@ def test_the_canonical_definitions_import_nothing_above_them():
 
 def test_reach_follows_imports_of_imports():
     assert _reach({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, "a") == {"b", "c"}
+
+
+def test_no_module_shadows_the_standard_library():
+    """A script run from inside the package has the package's folder first on sys.path: a
+    module named like one of the standard library's (``tokenize``) would be imported in its
+    place by the standard library itself."""
+    import sys
+
+    shadowing = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "servebench").rglob("*")
+                       if path.stem in sys.stdlib_module_names
+                       and (path.suffix == ".py" or path.is_dir()))
+    assert shadowing == []

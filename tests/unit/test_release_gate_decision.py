@@ -4,7 +4,7 @@ against each metric's threshold; quality from the three-way gate."""
 import datetime as dt
 
 import pytest
-from servebench.release_gate import (
+from servebench.release.gate import (
     ReleaseGateParams,
     decide,
     gate_spec,

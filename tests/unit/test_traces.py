@@ -10,7 +10,7 @@ from servebench import traces
 from servebench.config import TraceWorkload, parse_sweep
 from servebench.errors import TraceError
 from servebench.settings import PROJECT_ROOT
-from servebench.tokenize import FileTokenizer
+from servebench.tokenizer import FileTokenizer
 from servebench.traces import read_trace, select
 from servebench.workloads import build_prompts, max_sequence_tokens, trace_requests
 

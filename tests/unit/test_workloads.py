@@ -3,7 +3,7 @@
 import pytest
 from servebench.config import FixedWorkload, SharedPrefixWorkload
 from servebench.settings import PROJECT_ROOT
-from servebench.tokenize import FileTokenizer, text_of_length
+from servebench.tokenizer import FileTokenizer, text_of_length
 from servebench.workloads import build_prompts
 
 

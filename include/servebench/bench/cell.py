@@ -30,7 +30,7 @@ from servebench.telemetry import (
     engine_telemetry,
     scrape,
 )
-from servebench.tokenize import Tokenizer
+from servebench.tokenizer import Tokenizer
 from servebench.workloads import PromptItem, prompt_key
 
 log = logging.getLogger(__name__)

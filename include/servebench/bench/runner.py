@@ -33,7 +33,7 @@ from servebench.provision.interface import Provisioner
 from servebench.settings import Settings
 from servebench.stacks import get_stack
 from servebench.stacks.adapter import StackAdapter
-from servebench.tokenize import (
+from servebench.tokenizer import (
     FileTokenizer,
     ServerTokenizer,
     Tokenizer,
@@ -163,7 +163,7 @@ class VariantRunner:
 
     def _tokenizer(self, endpoint: Endpoint) -> Tokenizer:
         """The server's own tokenizer where the stack has one (the ground truth), else the
-        checkpoint's on this worker (``servebench.tokenize``; the plan checked it is here)."""
+        checkpoint's on this worker (``servebench.tokenizer``; the plan checked it is here)."""
         if self.adapter.tokenize_api is not None:
             return ServerTokenizer(endpoint.base_url, self.adapter.tokenize_api,
                                    model=endpoint.served_model, headers=endpoint.headers)

@@ -12,7 +12,7 @@ from servebench.capacity import Probe, search_max_load
 from servebench.config import LoadPoint, Workload
 from servebench.endpoint import Endpoint
 from servebench.metrics import slo_misses
-from servebench.tokenize import Tokenizer
+from servebench.tokenizer import Tokenizer
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from servebench.endpoint import Endpoint
 from servebench.hub import hub_cache_dir
 from servebench.memory import EngineMemory
 from servebench.settings import Settings
-from servebench.tokenize import TokenizeApi
+from servebench.tokenizer import TokenizeApi
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ class StackAdapter(ABC):
     engine: ClassVar[str]  # what provenance calls it
     chat_path: ClassVar[str] = "/v1/chat/completions"
     # the server's tokenizer endpoints in its dialect, used to cut prompts to exact token
-    # counts; None: the checkpoint's tokenizer.json on the worker (``servebench.tokenize``)
+    # counts; None: the checkpoint's tokenizer.json on the worker (``servebench.tokenizer``)
     tokenize_api: ClassVar[TokenizeApi | None] = None
     # whether ``chat_body(force_length=True)`` really yields exactly max_tokens tokens
     can_force_length: ClassVar[bool] = True

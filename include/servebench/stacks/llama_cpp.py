@@ -28,7 +28,7 @@ from servebench.stacks.adapter import (
     chat_request,
     register_stack,
 )
-from servebench.tokenize import LLAMA_CPP_TOKENIZE
+from servebench.tokenizer import LLAMA_CPP_TOKENIZE
 
 GGUF_QUANTS = {
     "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m",

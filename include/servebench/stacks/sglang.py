@@ -52,7 +52,7 @@ from servebench.stacks.gpu import (
     listen_args,
     weights_dtype,
 )
-from servebench.tokenize import SGLANG_TOKENIZE
+from servebench.tokenizer import SGLANG_TOKENIZE
 
 DETERMINISTIC_FLAG = "--enable-deterministic-inference"
 

@@ -69,7 +69,7 @@ from servebench.stacks.gpu import (
     listen_args,
     weights_dtype,
 )
-from servebench.tokenize import VLLM_TOKENIZE
+from servebench.tokenizer import VLLM_TOKENIZE
 
 # servebench quant name -> vLLM --quantization (None: no flag). A pre-quantized checkpoint
 # (gpu.PREQUANTIZED) gets none: vLLM reads its quantization_config and picks the kernel, and

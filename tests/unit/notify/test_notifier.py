@@ -4,7 +4,7 @@ the nightly digest and the release gate's verdict alike."""
 import pytest
 from servebench.errors import NotificationError, ReleaseGateFailed
 from servebench.notify.notifier import Notifier, announce
-from servebench.release_gate import conclude
+from servebench.release.gate import conclude
 from servebench.settings import Settings
 
 

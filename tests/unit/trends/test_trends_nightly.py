@@ -545,7 +545,7 @@ def test_measuring_code_covers_the_adapter_and_provisioner_and_moves_with_their_
     for path in ("loadgen/client.py", "workloads.py", "evals/scorers.py", "stacks/adapter.py",
                  "stacks/gpu.py", "stacks/vllm.py", "provision/local.py"):
         assert path in files, path
-    assert "notify/digest.py" not in files and "board.py" not in files
+    assert "notify/digest.py" not in files and "view/board.py" not in files
     # a copy of the package with one loadgen file edited hashes that file differently
     package = tmp_path / "servebench"
     for rel in files:

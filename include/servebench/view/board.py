@@ -388,9 +388,9 @@ def _provenance(sides: list[dict], cells_of: list[dict]) -> list[str]:
 
 
 def render_compare(store: ResultStore, run_a: str | None, run_b: str | None) -> str:
-    """Two runs side by side, cell by cell (``servebench.compare``): pick them from the
+    """Two runs side by side, cell by cell (``servebench.view.compare``): pick them from the
     latest runs; each compared statistic a -> b with its change, statuses, gate verdicts."""
-    from servebench.compare import compare_cells, shown_columns
+    from servebench.view.compare import compare_cells, shown_columns
     from servebench.notify.digest import fmt_num, fmt_text
 
     runs = store.read_table("runs").to_pandas()
@@ -462,7 +462,7 @@ def _release_gates(store: ResultStore) -> list[str]:
 
     import pandas as pd
 
-    from servebench.gate_decision import decision_text
+    from servebench.release.decision import decision_text
     from servebench.notify.digest import fmt_text, fmt_verdict
     from servebench.trends.series import metric_label
 

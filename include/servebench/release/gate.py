@@ -17,7 +17,7 @@ Quality is the three-way gate (``servebench.evals.gate``) on the golden set, ans
 same servers. The run fails on any fail; an inconclusive is "needs a person" unless the
 params say to fail on it: the DAG run then waits for a person's answer in the Airflow UI
 (Required actions) and is green only once they approve (a rejection, or no answer, fails it);
-who decided, when and what is kept with the verdict (``servebench.gate_decision``).
+who decided, when and what is kept with the verdict (``servebench.release.decision``).
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def conclude(decision: dict, run_id: str, settings: Settings | None = None,
     (``ship`` or ``needs_person``: the DAG then asks a person), where it went (``where``) and
     the verdict's Markdown (``verdict``)."""
     from servebench.connections import open_store
-    from servebench.gate_decision import verdict_path
+    from servebench.release.decision import verdict_path
     from servebench.notify.notifier import announce, notifier_for
     from servebench.results.schema import rows_to_table
 

@@ -12,7 +12,7 @@ import pytest
 from servebench.config import FixedWorkload
 from servebench.settings import PROJECT_ROOT
 from servebench.stacks import get_stack
-from servebench.tokenize import (
+from servebench.tokenizer import (
     SGLANG_TOKENIZE,
     VLLM_TOKENIZE,
     FileTokenizer,
