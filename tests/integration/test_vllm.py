@@ -94,12 +94,12 @@ CHECKPOINTS = {
 
 
 def test_vllm_reads_each_prequantized_checkpoint_as_the_adapter_launches_it(tmp_path):
-    """The rule the quant tables follow (stacks/gpu.py), shown by the installed vLLM's own
+    """The rule the table of formats follows (config/formats.py), shown by the installed vLLM's own
     ModelConfig on adder-3m's config with a quantization_config of each format: the
     --quantization the adapter renders for each pre-quantized name (none) is accepted and
     the checkpoint's method read; the flag a mislabelled variant would carry is refused
     with vLLM's words, which is why the plan refuses it first."""
-    from servebench.stacks.gpu import PREQUANTIZED
+    from servebench.config.formats import PREQUANTIZED
 
     adapter = get_stack("vllm")
     settings = get_settings()

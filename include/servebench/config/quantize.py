@@ -5,9 +5,10 @@
 A recipe is data teams already keep, in one of two forms:
 
 * a preset: a scheme of compressed-tensors' preset table (``W4A16``, ``W4A16_ASYM``, ``W8A8``,
-  ``W8A16``, ``FP8``, ``FP8_DYNAMIC``) applied by a method (``gptq``, ``awq``, ``rtn``: round
-  to nearest, llm-compressor's ``QuantizationModifier``; ``smoothquant+gptq``: SmoothQuant's
-  smoothing, then GPTQ), a group size for the group-wise schemes, and what stays unquantized::
+  ``W8A16``, ``FP8``, ``FP8_DYNAMIC``: ``config.formats.SCHEMES``) applied by a method
+  (``gptq``, ``awq``, ``rtn``: round to nearest, llm-compressor's ``QuantizationModifier``;
+  ``smoothquant+gptq``: SmoothQuant's smoothing, then GPTQ), a group size for the group-wise
+  schemes, and what stays unquantized::
 
       recipe: {scheme: W4A16, method: gptq, group_size: 128, ignore: [lm_head],
                calibration: {dataset: addition, samples: 256, seq_len: 64}}
@@ -28,26 +29,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from servebench.config.base import _Strict
+from servebench.config.formats import METHODS, SCHEME_BY_NAME, SCHEMES
 
-# compressed-tensors' preset schemes (compressed_tensors.quantization.quant_scheme
-# PRESET_SCHEMES) a recipe may name, and how each quantizes weights (num_bits, strategy)
-SCHEMES = {
-    "W4A16": (4, "group"), "W4A16_ASYM": (4, "group"), "W8A16": (8, "group"),
-    "W8A8": (8, "channel"), "FP8": (8, "tensor"), "FP8_DYNAMIC": (8, "channel"),
-}
-Scheme = Literal["W4A16", "W4A16_ASYM", "W8A8", "W8A16", "FP8", "FP8_DYNAMIC"]
-Method = Literal["gptq", "awq", "rtn", "smoothquant+gptq"]
-# the methods that fit a scheme: AWQ scales for weight-only int quantization; SmoothQuant
-# moves activation outliers into the weights, which only helps where activations are int8
+# the table's preset schemes and methods (``config.formats``: a new one is a row there)
+Scheme = Literal[tuple(s.name for s in SCHEMES)]  # type: ignore[valid-type]
+Method = Literal[METHODS]  # type: ignore[valid-type]
+# the methods that fit a scheme, in the table's order
 METHOD_SCHEMES: dict[str, tuple[str, ...]] = {
-    "gptq": ("W4A16", "W4A16_ASYM", "W8A16", "W8A8"),
-    "awq": ("W4A16", "W4A16_ASYM", "W8A16"),
-    "rtn": tuple(SCHEMES),
-    "smoothquant+gptq": ("W8A8",),
-}
-# the schemes whose activations are quantized with static scales: round to nearest needs
-# calibration data for them too
-STATIC_ACTIVATIONS = ("FP8",)
+    method: tuple(s.name for s in SCHEMES if method in s.methods) for method in METHODS}
 
 
 class CalibrationSpec(_Strict):
@@ -85,10 +74,11 @@ class RecipeSpec(_Strict):
         if self.scheme not in METHOD_SCHEMES[self.method]:
             raise ValueError(f"method {self.method!r} does not make scheme {self.scheme!r} "
                              f"(it makes {', '.join(METHOD_SCHEMES[self.method])})")
-        if self.group_size is not None and SCHEMES[self.scheme][1] != "group":
+        scheme = SCHEME_BY_NAME[self.scheme]
+        if self.group_size is not None and scheme.strategy != "group":
             raise ValueError(f"group_size: scheme {self.scheme!r} quantizes weights per "
-                             f"{SCHEMES[self.scheme][1]}, not in groups")
-        needs = self.method != "rtn" or self.scheme in STATIC_ACTIVATIONS
+                             f"{scheme.strategy}, not in groups")
+        needs = self.method != "rtn" or scheme.static_activations
         if needs and self.calibration is None:
             raise ValueError(f"calibration: method {self.method!r} with scheme "
                              f"{self.scheme!r} calibrates on data: name a dataset")
@@ -99,12 +89,12 @@ class RecipeSpec(_Strict):
 
     @property
     def weight_bits(self) -> int | None:
-        return SCHEMES[self.scheme][0] if self.scheme else None
+        return SCHEME_BY_NAME[self.scheme].weight_bits if self.scheme else None
 
     @property
     def groups(self) -> int | None:
         """The group size the weights are quantized in (None: not group-wise, or a file)."""
-        if self.scheme is None or SCHEMES[self.scheme][1] != "group":
+        if self.scheme is None or SCHEME_BY_NAME[self.scheme].strategy != "group":
             return None
         return self.group_size or 128
 

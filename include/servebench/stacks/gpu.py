@@ -5,16 +5,16 @@ name implies, and the launch -- the same command line as a local process or in t
 container image. Each adapter declares its tables, its command line (``_args``) and what is
 its own (speculative decoding, extra files, environment).
 
-A quant name says what the checkpoint is (``PREQUANTIZED``: the ``quant_method`` its
-``config.json`` states), or asks an engine to quantize a 16-bit checkpoint as it loads it
-(``fp8``, ``bitsandbytes``, TGI's ``eetq``). Every engine here reads a checkpoint's
-``quantization_config`` itself, and vLLM and SGLang refuse a ``--quantization`` that disagrees
-with it ("Quantization method specified in the model config (compressed-tensors) does not
-match the quantization method specified in the `quantization` argument (fp8)":
-``ModelConfig._verify_quantization``, vLLM v0.19.1 and v0.32.0 ``vllm/config/model.py``,
-SGLang v0.5.18 ``python/sglang/srt/configs/model_config.py``), so a pre-quantized checkpoint
-gets no such flag there; a local checkpoint whose ``config.json`` states another method than
-its quant name fails the plan.
+A quant name (``config.formats``, the table of them) says what the checkpoint is (a
+pre-quantized one: the ``quant_method`` its ``config.json`` states), or asks an engine to
+quantize a 16-bit checkpoint as it loads it (``fp8``, ``bitsandbytes``, TGI's ``eetq``). Every
+engine here reads a checkpoint's ``quantization_config`` itself, and vLLM and SGLang refuse a
+``--quantization`` that disagrees with it ("Quantization method specified in the model config
+(compressed-tensors) does not match the quantization method specified in the `quantization`
+argument (fp8)": ``ModelConfig._verify_quantization``, vLLM v0.19.1 and v0.32.0
+``vllm/config/model.py``, SGLang v0.5.18 ``python/sglang/srt/configs/model_config.py``), so a
+pre-quantized checkpoint gets no such flag there; a local checkpoint whose ``config.json``
+states another method than its quant name fails the plan.
 """
 
 from __future__ import annotations
@@ -31,6 +31,12 @@ from servebench.config import (
     SamplingSpec,
     VariantSpec,
 )
+from servebench.config.formats import (
+    CHECKPOINT_METHODS,
+    GGUF_ONLY,
+    PREQUANTIZED,
+    QUANT_DTYPES,
+)
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     ContainerLaunch,
@@ -40,29 +46,6 @@ from servebench.stacks.adapter import (
     hf_model_in_container,
     vllm_style_sampling,
 )
-from servebench.stacks.llama_cpp import GGUF_QUANTS
-
-# a quant name that is a precision says the weights' dtype (the engines' --dtype choices)
-QUANT_DTYPES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f16": "float16",
-                "fp16": "float16", "float16": "float16"}
-GGUF_ONLY = GGUF_QUANTS - {"bf16", "f16", "f32"}
-PRECISIONS = frozenset({"none", *QUANT_DTYPES})  # weights as stored: no quantization_config
-# a checkpoint quantized ahead of time -> the quant_method its config.json states
-PREQUANTIZED: dict[str, str] = {
-    "awq": "awq",  # AutoAWQ's format (hugging-quants/...-AWQ-INT4)
-    "gptq": "gptq",  # AutoGPTQ's / GPTQModel's (hugging-quants/...-GPTQ-INT4)
-    "compressed-tensors": "compressed-tensors",  # llm-compressor's, whatever the scheme
-    "w4a16": "compressed-tensors",  # llm-compressor INT4 weights (GPTQ or AWQ), pack-quantized
-    "w8a8_int8": "compressed-tensors",  # INT8 weights and activations, int-quantized
-    "w8a8_fp8": "compressed-tensors",  # FP8 weights and activations, float-quantized
-}
-# quant name -> the quant_methods a local checkpoint's config.json may state for it (None: no
-# quantization_config); fp8 is a 16-bit checkpoint quantized as it loads, or an fp8 one
-CHECKPOINT_METHODS: dict[str, frozenset[str | None]] = {
-    **dict.fromkeys(PRECISIONS, frozenset({None})),
-    **{name: frozenset({method}) for name, method in PREQUANTIZED.items()},
-    "fp8": frozenset({None, "fp8"}),
-}
 
 
 def listen_args(host: str, port: int, served_model: str) -> list[str]:

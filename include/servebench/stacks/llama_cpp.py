@@ -17,6 +17,7 @@ from servebench.config import (
     SamplingSpec,
     VariantSpec,
 )
+from servebench.config.formats import GGUF_QUANTS
 from servebench.memory import EngineMemory
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
@@ -30,10 +31,6 @@ from servebench.stacks.adapter import (
 )
 from servebench.tokenizer import LLAMA_CPP_TOKENIZE
 
-GGUF_QUANTS = {
-    "f32", "f16", "bf16", "q8_0", "q6_k", "q5_k_m", "q5_k_s", "q5_0", "q5_1", "q4_k_m",
-    "q4_k_s", "q4_0", "q4_1", "q3_k_m", "q3_k_s", "q3_k_l", "q2_k", "iq4_xs", "iq4_nl",
-}
 # tools/server/server-context.cpp, as the model loads: the slots and each one's context
 SLOTS_LINE = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(true|false)'")
 # llama.cpp's CUDA server image; the tag floats with each build, so pin it per variant

@@ -37,6 +37,7 @@ from __future__ import annotations
 import sys
 
 from servebench.config import SamplingSpec, VariantSpec
+from servebench.config.formats import SGLANG, quant_flags
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
     EngineGauges,
@@ -45,8 +46,6 @@ from servebench.stacks.adapter import (
     register_stack,
 )
 from servebench.stacks.gpu import (
-    PRECISIONS,
-    PREQUANTIZED,
     HfGpuStack,
     checkpoint_args,
     listen_args,
@@ -56,19 +55,15 @@ from servebench.tokenizer import SGLANG_TOKENIZE
 
 DETERMINISTIC_FLAG = "--enable-deterministic-inference"
 
-# servebench quant -> --quantization (QUANTIZATION_CHOICES; None: no flag). A pre-quantized
-# checkpoint (gpu.PREQUANTIZED) gets none, as SGLang's docs ask ("do not add --quantization"):
-# configs/model_config.py reads its quantization_config and, on CUDA, sends AWQ and GPTQ to
-# awq_marlin/gptq_marlin by itself (awq/awq.py, gptq/gptq.py override_quantization_method).
-# Its own W8A8 kernels for a compressed-tensors checkpoint (--quantization w8a8_int8 or
-# w8a8_fp8: per-channel weights, per-token activations only) are a lever: put the flag in
-# extra_args. fp8 quantizes a 16-bit checkpoint as it loads ("MOE + linear online").
-QUANT_FLAGS: dict[str, str | None] = {
-    **dict.fromkeys(PRECISIONS, None), **dict.fromkeys(PREQUANTIZED, None),
-    "fp8": "fp8", "awq_marlin": "awq_marlin", "gptq_marlin": "gptq_marlin",
-    "modelopt_fp8": "modelopt_fp8", "modelopt_fp4": "modelopt_fp4", "mxfp4": "mxfp4",
-    "bitsandbytes": "bitsandbytes",
-}
+# servebench quant -> --quantization (QUANTIZATION_CHOICES; None: no flag), from the table of
+# formats (config.formats). A pre-quantized checkpoint gets none, as SGLang's docs ask ("do not add
+# --quantization"): configs/model_config.py reads its quantization_config and, on CUDA, sends AWQ
+# and GPTQ to awq_marlin/gptq_marlin by itself (awq/awq.py, gptq/gptq.py
+# override_quantization_method). Its own W8A8 kernels for a compressed-tensors checkpoint
+# (--quantization w8a8_int8 or w8a8_fp8: per-channel weights, per-token activations only) are a
+# lever: put the flag in extra_args. fp8 quantizes a 16-bit checkpoint as it loads ("MOE + linear
+# online").
+QUANT_FLAGS = quant_flags(SGLANG)
 DTYPES = {"auto", "half", "float16", "bfloat16", "float", "float32"}
 # servebench kv_cache_dtype -> --kv-cache-dtype (ServerArgs.kv_cache_dtype choices, v0.5.18)
 KV_CACHE_DTYPES = {"auto": "auto", "fp8": "fp8_e4m3", "fp8_e4m3": "fp8_e4m3",

@@ -44,6 +44,7 @@ What TGI cannot do:
 from __future__ import annotations
 
 from servebench.config import SamplingSpec, VariantSpec
+from servebench.config.formats import TGI, quant_flags
 from servebench.hub import hub_cache_dir
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
@@ -52,26 +53,19 @@ from servebench.stacks.adapter import (
     register_stack,
 )
 from servebench.stacks.gpu import (
-    PRECISIONS,
-    PREQUANTIZED,
     HfGpuStack,
     checkpoint_args,
     weights_dtype,
 )
 
-# servebench quant -> --quantize (launcher/src/main.rs enum Quantization). A pre-quantized
-# checkpoint's is its config.json's quant_method: the launcher would read the same from it
-# (Config.quantize, then args.quantize.or(...)) and pass it to the shards, so --dtype is never
-# sent with it (server/text_generation_server/cli.py: "Only 1 can be set between `dtype` and
-# `quantize`"); AWQ and GPTQ run on Marlin where it can, compressed-tensors W4A16, W8A8 INT8
-# and FP8 on their loaders (layers/compressed_tensors/loader.py). fp8 and eetq quantize a
-# 16-bit checkpoint as it loads.
-QUANT_FLAGS: dict[str, str | None] = {
-    **dict.fromkeys(PRECISIONS, None), **PREQUANTIZED,
-    "fp8": "fp8", "marlin": "marlin", "eetq": "eetq", "exl2": "exl2",
-    "bitsandbytes": "bitsandbytes", "bitsandbytes-nf4": "bitsandbytes-nf4",
-    "bitsandbytes-fp4": "bitsandbytes-fp4",
-}
+# servebench quant -> --quantize (launcher/src/main.rs enum Quantization), from the table of
+# formats (config.formats). A pre-quantized checkpoint's is its config.json's quant_method: the
+# launcher would read the same from it (Config.quantize, then args.quantize.or(...)) and pass it to
+# the shards, so --dtype is never sent with it (server/text_generation_server/cli.py: "Only 1 can
+# be set between `dtype` and `quantize`"); AWQ and GPTQ run on Marlin where it can,
+# compressed-tensors W4A16, W8A8 INT8 and FP8 on their loaders
+# (layers/compressed_tensors/loader.py). fp8 and eetq quantize a 16-bit checkpoint as it loads.
+QUANT_FLAGS = quant_flags(TGI)
 DTYPES = {"float16", "bfloat16"}
 # servebench kv_cache_dtype -> --kv-cache-dtype (enum KVCacheDtype); unset, the model's dtype,
 # or FP8 where a compressed-tensors checkpoint's kv_cache_scheme says so (models/__init__.py)

@@ -49,14 +49,15 @@ from pathlib import PurePosixPath
 import yaml
 
 from servebench.config import VariantSpec
+from servebench.config.formats import (
+    CHECKPOINT_METHODS,
+    TRTLLM,
+    quant_flags,
+    refused_quants,
+)
 from servebench.settings import Settings
 from servebench.stacks.adapter import register_stack
-from servebench.stacks.gpu import (
-    CHECKPOINT_METHODS,
-    PRECISIONS,
-    HfGpuStack,
-    weights_dtype,
-)
+from servebench.stacks.gpu import HfGpuStack, weights_dtype
 
 CONFIG_IN_CONTAINER = "/etc/servebench/trtllm-extra-options.yaml"
 
@@ -64,28 +65,10 @@ CONFIG_IN_CONTAINER = "/etc/servebench/trtllm-extra-options.yaml"
 # ModelOpt's hf_quant_config.json, else config.json's quantization_config, of which the PyTorch
 # backend reads block-scaled fp8, mxfp4 and 8-bit compressed-tensors with per-channel or block
 # weight scales (_torch/model_config.py load_hf_quant_config at 1.3.0rc3), and serves what
-# _torch/modules/linear.py get_quant_method has a method for. The names a variant may declare:
-QUANTS = {*PRECISIONS,
-          "fp8",  # ModelOpt FP8 (nvidia/Llama-3.1-8B-Instruct-FP8), or block-scaled fp8
-          # llm-compressor FP8 with per-channel or block weight scales (FP8-dynamic); a
-          # per-tensor one (RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8) fails as it loads
-          "w8a8_fp8",
-          "mxfp4",  # gpt-oss's
-          "nvfp4", "w4a16_awq", "w4a8_awq"}  # ModelOpt
-CHECKPOINT_READER = "_torch/model_config.py load_hf_quant_config at 1.3.0rc3"
-REFUSED_QUANTS = {  # names of checkpoints the PyTorch backend cannot serve, and why
-    **dict.fromkeys(("awq", "gptq"), (
-        "an AutoAWQ/AutoGPTQ checkpoint: trtllm's PyTorch backend reads no awq or gptq "
-        f"quant_method ({CHECKPOINT_READER}) and has no GPTQ linear method; quantize with "
-        "ModelOpt (quant w4a16_awq)")),
-    **dict.fromkeys(("w8a8_int8", "int8_sq"), (
-        "trtllm's PyTorch backend has no INT8 W8A8 linear method (_torch/modules/linear.py "
-        "get_quant_method), and reads any 8-bit compressed-tensors group as FP8")),
-    "w4a16": ("a compressed-tensors W4A16 checkpoint: trtllm reads 8-bit compressed-tensors "
-              f"only ('Unsupported quant_bits: 4', {CHECKPOINT_READER})"),
-    "compressed-tensors": ("name the scheme: trtllm reads 8-bit FP8 compressed-tensors "
-                           f"only (quant w8a8_fp8; {CHECKPOINT_READER})"),
-}
+# _torch/modules/linear.py get_quant_method has a method for. The names a variant may declare,
+# and those of checkpoints the PyTorch backend cannot serve, with why (config.formats):
+QUANTS = frozenset(quant_flags(TRTLLM))
+REFUSED_QUANTS = refused_quants(TRTLLM)
 # its fp8 is ModelOpt's, whose config.json may state quant_method modelopt: not checked
 MODELOPT_FP8_METHODS = {k: v for k, v in CHECKPOINT_METHODS.items() if k != "fp8"}
 # kv_cache_config.dtype: auto (the checkpoint's) or fp8, which sets the KV quant algo FP8

@@ -53,6 +53,13 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from servebench.config import VariantSpec
+from servebench.config.formats import (
+    SCHEMES,
+    VLLM,
+    file_schemes,
+    quant_flags,
+    refused_quants,
+)
 from servebench.memory import GIB, EngineMemory
 from servebench.settings import Settings
 from servebench.stacks.adapter import (
@@ -62,8 +69,6 @@ from servebench.stacks.adapter import (
     register_stack,
 )
 from servebench.stacks.gpu import (
-    PRECISIONS,
-    PREQUANTIZED,
     HfGpuStack,
     checkpoint_args,
     listen_args,
@@ -71,24 +76,16 @@ from servebench.stacks.gpu import (
 )
 from servebench.tokenizer import VLLM_TOKENIZE
 
-# servebench quant name -> vLLM --quantization (None: no flag). A pre-quantized checkpoint
-# (gpu.PREQUANTIZED) gets none: vLLM reads its quantization_config and picks the kernel, and
-# on CUDA (sm80+) AWQ and GPTQ checkpoints go to Marlin by themselves (v0.19.1
-# awq_marlin.py/gptq_marlin.py override_quantization_method with no user choice; v0.32.0
-# auto_awq.py/auto_gptq.py). Naming the kernel pins it: "awq"/"gptq" would force the legacy
-# ones, and "awq_marlin" on the CPU build fails ("... model config (awq) does not match ...
-# (awq_marlin)": AutoAWQConfig overrides nothing on CPU). fp8 quantizes a 16-bit checkpoint
-# as it loads (or reads a quant_method fp8 one); a compressed-tensors FP8 checkpoint is w8a8_fp8.
-QUANT_FLAGS: dict[str, str | None] = {
-    **dict.fromkeys(PRECISIONS, None), **dict.fromkeys(PREQUANTIZED, None),
-    "fp8": "fp8", "awq_marlin": "awq_marlin", "gptq_marlin": "gptq_marlin",
-    "bitsandbytes": "bitsandbytes", "modelopt": "modelopt", "modelopt_fp4": "modelopt_fp4",
-    "mxfp4": "mxfp4",
-}
-DEPRECATED_QUANTS = {
-    "experts_int8": "deprecated in vLLM 0.14-0.19: the server refuses to start with it unless "
-                    "--allow-deprecated-quantization is passed (put both in extra_args to insist)",
-}
+# servebench quant name -> vLLM --quantization (None: no flag), from the table of formats
+# (config.formats). A pre-quantized checkpoint gets none: vLLM reads its quantization_config and
+# picks the kernel, and on CUDA (sm80+) AWQ and GPTQ checkpoints go to Marlin by themselves
+# (v0.19.1 awq_marlin.py/gptq_marlin.py override_quantization_method with no user choice; v0.32.0
+# auto_awq.py/auto_gptq.py). Naming the kernel pins it: "awq"/"gptq" would force the legacy ones,
+# and "awq_marlin" on the CPU build fails ("... model config (awq) does not match ...
+# (awq_marlin)": AutoAWQConfig overrides nothing on CPU). fp8 quantizes a 16-bit checkpoint as it
+# loads (or reads a quant_method fp8 one); a compressed-tensors FP8 checkpoint is w8a8_fp8.
+QUANT_FLAGS = quant_flags(VLLM)
+DEPRECATED_QUANTS = refused_quants(VLLM)  # experts_int8: deprecated from v0.14.0
 DTYPES = {"auto", "half", "float16", "bfloat16", "float", "float32"}  # --dtype choices
 # --kv-cache-dtype: a CacheDType subset at v0.19.1 and v0.32.0 (vllm/config/cache.py); fp8 is
 # fp8_e4m3 on CUDA, scaled by the checkpoint's kv_cache_scheme where it has one, else by 1.0
@@ -310,11 +307,13 @@ def cache_config_tokens(metrics: str | None) -> tuple[int | None, str | None]:
 #   dies at the first forward (seen on a Xeon with AMX, 2026-12-05).
 # * FP8 weights (FP8, FP8_DYNAMIC): the Torch FP8 kernels (torch._scaled_mm on CPU;
 #   CPUFP8W8A8ScaledMMLinearKernel only with AMX-FP8): no instruction required by vLLM.
-CPU_RECIPE_FLAGS = {"W4A16": ("avx512f",), "W4A16_ASYM": ("avx512f",)}
+# the table's 4-bit schemes (config.formats.SCHEMES): cpu_gemm_wna16's
+CPU_WNA16_SCHEMES = tuple(s.name for s in SCHEMES if s.weight_bits == 4)
+CPU_RECIPE_FLAGS = dict.fromkeys(CPU_WNA16_SCHEMES, ("avx512f",))
 # (scheme, the CPU flag that switches its kernel) -> the dtypes that kernel computes in
 CPU_RECIPE_FLAG_DTYPES = {("W8A8", "amx_tile"): ("bfloat16", "float16")}
 CPU_AMX_W8A8_WORDS = "'int8_scaled_mm_with_quant: expect A to be bfloat16 or half.'"
-CPU_RECIPE_DTYPES = {"W4A16": "bfloat16", "W4A16_ASYM": "bfloat16"}
+CPU_RECIPE_DTYPES = dict.fromkeys(CPU_WNA16_SCHEMES, "bfloat16")
 CPU_REFUSED_SCHEMES = {  # the engine's words, serving such a checkpoint (2026-12-04)
     "W8A16": "'Failed to find a kernel that can implement the WNA16 linear layer. Reasons: "
              "[...] CPUWNA16LinearKernel cannot implement due to: Quant type (uint8b128) not "
@@ -364,7 +363,7 @@ def recipe_schemes(variant: VariantSpec, settings: Settings) -> list[str]:
         text = settings.resolve(recipe.file).read_text()
     except OSError:
         return []
-    return re.findall(r"^\s*scheme:\s*['\"]?([A-Za-z0-9_]+)", text, flags=re.MULTILINE)
+    return file_schemes(text)
 
 
 def cpu_recipe_refusals(variant: VariantSpec, flags: set[str],

@@ -3,8 +3,8 @@
 Formats: W4A16 in AutoAWQ's, AutoGPTQ's and llm-compressor's (compressed-tensors) formats, W8A8
 INT8 and FP8 (compressed-tensors), FP8 quantized as the checkpoint loads, and an FP8 KV cache
 over 16-bit weights; each served from the hub checkpoint ``include/sweeps/gpu-nightly.yaml``
-sweeps. What each engine reads and why is in the adapters' comments (``stacks/gpu.py``
-``PREQUANTIZED``, each ``QUANT_FLAGS``/``QUANTS``) and in docs/stacks.md's table.
+sweeps. What each engine reads and why is in the table of formats (``config/formats.py``), the
+adapters' comments and docs/stacks.md's table.
 """
 
 import json
@@ -12,9 +12,9 @@ import json
 import pytest
 import yaml
 from servebench.config import VariantSpec
+from servebench.config.formats import PREQUANTIZED
 from servebench.settings import Settings
 from servebench.stacks import get_stack
-from servebench.stacks.gpu import PREQUANTIZED
 from servebench.stacks.trtllm import CONFIG_IN_CONTAINER
 
 BF16 = "meta-llama/Llama-3.1-8B-Instruct"
