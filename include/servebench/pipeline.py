@@ -3,8 +3,9 @@
 plan -> quantize -> provision (setup) -> bench each host's units -> teardown (always)
 -> publish -> detect -> digest. Steps exchange small JSON (XCom: the plan as ``Plan.to_xcom``);
 bulky rows go through the result store's scratch area so any worker can pick them up. The
-work of each step lives in its own module (``plan``, ``bench``, ``publish``,
-``trends.judge``, ``notify.night``); this one holds the entry points and ``run_sweep``.
+work of each step lives in its own module (``plan``, ``quantize``, ``bench.host``,
+``publish``, ``trends.judge``, ``notify.night``); this one holds the entry points and
+``run_sweep``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from servebench.bench import VariantRunner
+from servebench.bench.host import bench_host
 from servebench.bench.rows import cell_id
 from servebench.connections import airflow_url, open_store
 from servebench.defaults import CLI_DAG_ID
@@ -22,8 +23,7 @@ from servebench.errors import QuantizeError
 from servebench.notify.night import Night
 from servebench.notify.notifier import Notifier, notifier_for
 from servebench.plan import Plan, Unit, make_plan
-from servebench.provision import Provisioner, get_provisioner, provision_kinds
-from servebench.provision.interface import host_session
+from servebench.provision import get_provisioner, provision_kinds
 from servebench.publish import (
     keep_paid_hosts,
     keep_unit_rows,
@@ -31,7 +31,6 @@ from servebench.publish import (
     unit_failed_cells,
 )
 from servebench.quantize.make import make_variant
-from servebench.results.store import ResultStore
 from servebench.settings import Settings, get_settings
 from servebench.trends.judge import judge_night
 from servebench.trends.sizing import sizable, size_from_store
@@ -157,78 +156,6 @@ def teardown_run(provisioned: dict | None, run_id: str, plan: Plan | dict | None
     stopped = teardown(provisioned, run_id, settings, plan=plan)
     return {"stopped": stopped, "acquire_s": (provisioned or {}).get("acquire_s"),
             "teardown_s": time.monotonic() - t0}
-
-
-def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: str,
-               settings: Settings | None = None, *, dag_id: str = "", try_number: int = 1,
-               on_unit: Callable[[Unit], None] | None = None,
-               on_unit_done: Callable[[Unit], None] | None = None,
-               on_cell: Callable[[dict], None] | None = None) -> dict:
-    """The bench task: every unit of ``host`` in turn, on the host's provisioner (a
-    ``per_host`` kind's machine acquired before the first and released after the last, in
-    every path). A unit that crashes keeps failed cells with its error and the next unit
-    runs; units a former try of the task kept are not run again, and the others draw prompts
-    of this try's own (``try_number``: the task's, from 1; ``workloads.prompt_key``), none a
-    server that outlived the former try has cached. ``on_unit``/``on_unit_done``/``on_cell``
-    see the units and cells go by (the CLI's progress bars)."""
-    settings, plan = settings or get_settings(), Plan.from_xcom(plan)
-    store = open_store(settings)
-    kept = store.scratch_units(run_id)
-    units = plan.units_on(host)
-    todo = [u for u in units if u.unit_id not in kept]
-    if len(todo) < len(units):  # a recipe that failed to quantize keeps its failed cells too
-        log.info("%s: %s kept by a former try or the quantize step", host,
-                 [u.unit_id for u in units if u.unit_id in kept])
-    summary: dict = {"host": host, "units": {}}
-    if not todo:
-        return summary
-    cls = get_provisioner(todo[0].provision)
-    targets = [plan.spec.target(name) for name in dict.fromkeys(u.target for u in todo)]
-    state = (provisioned or {}).get("kinds", {}).get(cls.kind)
-    with host_session(cls, run_id, state, targets, settings, dag_id=dag_id) as provisioner:
-        for unit in todo:
-            if on_unit:
-                on_unit(unit)
-            try:
-                summary["units"][unit.unit_id] = bench_unit(
-                    plan, unit, provisioner, run_id, settings, store, on_cell=on_cell,
-                    try_number=try_number)
-            except Exception as exc:  # noqa: BLE001 -- any crash: kept as the unit's reason
-                log.exception("unit %s failed", unit.unit_id)  # with its traceback
-                reason = f"the bench task failed: {type(exc).__name__}: {exc}"
-                keep_unit_rows(store, plan, unit, run_id,
-                               {"cells": unit_failed_cells(plan, unit, run_id, reason)})
-                summary["units"][unit.unit_id] = {"failed": reason}
-            if on_unit_done:
-                on_unit_done(unit)
-    return summary
-
-
-def bench_unit(plan: Plan, unit: Unit, provisioner: Provisioner, run_id: str,
-               settings: Settings, store: ResultStore,
-               on_cell: Callable[[dict], None] | None = None, try_number: int = 1) -> dict:
-    """One unit on its host's ``provisioner`` in the bench task's try ``try_number``, its rows
-    kept as the unit's scratch in ``store``. A recipe variant's checkpoint is the quantize
-    step's; a worker without it in its cache makes it first. A unit the plan refused keeps
-    its failed cells with the plan's reason, nothing launched."""
-    if unit.refused:
-        cells = unit_failed_cells(plan, unit, run_id, unit.refused)
-        keep_unit_rows(store, plan, unit, run_id, {"cells": cells})
-        return {"cells": len(cells), "ok": 0, "invalid": 0, "failed": len(cells), "evals": 0}
-    variant = plan.variant_of(unit)
-    if variant.quantized is not None:
-        make_variant(plan.spec, variant, settings)
-    result = VariantRunner(plan.spec, plan.target_of(unit), variant,
-                           run_id=run_id, settings=settings, provisioner=provisioner,
-                           on_cell=on_cell, prompt_seed=plan.prompt_seed,
-                           try_number=try_number, requests=plan.requests).run()
-    keep_unit_rows(store, plan, unit, run_id,
-                   {"cells": result.cells, "requests": result.requests, "evals": result.evals,
-                    "units": [result.unit] if result.unit else []})
-    statuses = [c["status"] for c in result.cells]
-    return {"cells": len(statuses), "ok": statuses.count("ok"),
-            "invalid": statuses.count("invalid"), "failed": statuses.count("failed"),
-            "evals": len(result.evals)}
 
 
 def aggregate_and_publish(plan: Plan | dict, run_id: str, logical_date: dt.datetime | None,

@@ -2,7 +2,7 @@
 .venv-quant -- W4A16 by GPTQ on 64 sums (a preset, careful), W4A16 by round to nearest at
 group 256 without calibration (careless), W8A8 INT8 by round to nearest (a team's recipe
 file) -- through the pipeline's quantize step, once (a second step finds them in the cache),
-then each served by vLLM's CPU build through the bench step (pipeline.bench_unit, as the
+then each served by vLLM's CPU build through the bench step (bench.host.bench_unit, as the
 nightly runs it): every cell ok, the golden set answered, the rows naming the base model and
 the recipe's hash, the launch naming the quantized checkpoint; the gate sees the careless
 recipe's damage against the careful one and passes the INT8 one."""
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from servebench.config import parse_sweep
 from servebench.evals.gate import gate_columns
-from servebench.pipeline import bench_unit, quantize_recipes
+from servebench.bench.host import bench_unit
+from servebench.pipeline import quantize_recipes
 from servebench.plan import plan_spec
 from servebench.provision.local import LocalProvisioner
 from servebench.results.store import ResultStore

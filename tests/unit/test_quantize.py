@@ -13,10 +13,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from servebench.bench.host import bench_unit
 from servebench.bench.rows import cell_identity
 from servebench.config import parse_sweep
 from servebench.errors import PlanError, SpecError
-from servebench.pipeline import bench_unit, plan_run, quantize_recipes
+from servebench.pipeline import plan_run, quantize_recipes
 from servebench.plan import Plan
 from servebench.provision.local import LocalProvisioner
 from servebench.quantize.inputs import checkpoint_for
@@ -90,6 +91,33 @@ def test_a_recipe_the_spec_cannot_take_names_the_file_and_field(recipe, field, s
     line = next(line for line in str(err.value).splitlines() if AT in line)
     assert line.strip().startswith(f"sweeps/x.yaml: field {AT}.{field}"), line
     assert says in line
+
+
+@pytest.mark.parametrize("quant", ["w8a8_int8", "none", "w8a8_fp8"])
+def test_a_recipe_whose_scheme_and_quant_disagree_names_both_the_file_and_field(quant):
+    data = _local()
+    data["targets"][VLLM]["variants"].append(_variant(GPTQ, quant=quant))
+    with pytest.raises(SpecError) as err:
+        parse_sweep(data, "sweeps/x.yaml")
+    [line] = [line for line in str(err.value).splitlines() if AT in line]
+    assert line.strip() == (f"sweeps/x.yaml: field {AT}.recipe: Value error, scheme 'W4A16' "
+                            f"disagrees with quant {quant!r}: its checkpoint is quant w4a16 or "
+                            "compressed-tensors")
+    # the format's own name, llm-compressor's generic one, in any case, agree
+    for agreeing in ("w4a16", "W4A16", "compressed-tensors"):
+        data["targets"][VLLM]["variants"][-1]["quant"] = agreeing
+        parse_sweep(data, "sweeps/x.yaml")
+
+
+def test_the_plan_refuses_a_recipe_file_whose_scheme_disagrees_with_quant(tmp_path):
+    (tmp_path / "r.yaml").write_text("quant_stage:\n  quant_modifiers:\n    "
+                                     "QuantizationModifier:\n      scheme: W8A8\n")
+    with pytest.raises(PlanError) as err:
+        plan_run(str(_sweep(tmp_path, _with({"file": "r.yaml"}, quant="w4a16"))),
+                 settings=_settings(tmp_path))
+    assert (f"sweep.yaml: field {AT}.recipe.file: {tmp_path}/r.yaml's scheme 'W8A8' disagrees "
+            "with quant 'w4a16': its checkpoint is quant w8a8_int8 or compressed-tensors") \
+        in str(err.value)
 
 
 @pytest.mark.parametrize("target, stack", [(0, "llama_cpp"), (1, "transformers")])

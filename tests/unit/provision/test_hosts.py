@@ -7,11 +7,12 @@ import datetime as dt
 import pytest
 import yaml
 from servebench import pipeline
+from servebench.bench import host as bench_host_module
 from servebench.config import load_sweep
 from servebench.plan import Plan, Unit, unit_id
 from servebench.provision import get_provisioner
 from servebench.provision.interface import REGISTRY, Provisioner, host_session
-from servebench.publish import unit_failed_cells
+from servebench.publish import keep_unit_rows, unit_failed_cells
 from servebench.results.store import ResultStore
 from servebench.settings import PROJECT_ROOT, get_settings
 
@@ -130,11 +131,11 @@ def test_a_host_runs_its_units_in_turn_keeps_a_crash_and_a_retry_skips_what_was_
         assert unit.target in provisioner.state  # on its host's machine
         if unit.unit_id == "g1--a":
             raise RuntimeError("engine fell over")
-        pipeline.keep_unit_rows(store, plan, unit, run_id, {
+        keep_unit_rows(store, plan, unit, run_id, {
             "cells": unit_failed_cells(plan, unit, run_id, "kept by the stand-in unit")})
         return {"cells": 1}
 
-    monkeypatch.setattr(pipeline, "bench_unit", bench_unit)
+    monkeypatch.setattr(bench_host_module, "bench_unit", bench_unit)
     summary = pipeline.bench_host(plan.to_xcom(), "ec2:g1", {"kinds": {}}, "run-1")
     assert ran == ["g1--a", "g1--b"]  # the crash did not stop the host's next unit
     assert summary["units"]["g1--a"] == {
