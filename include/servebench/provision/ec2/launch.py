@@ -49,6 +49,26 @@ def client_token(run_id: str, target: str, attempt: int = 0, placement: int = 0)
     return hashlib.sha256(key.encode()).hexdigest()[:64]
 
 
+def launch_targets(run_id: str, targets: list[TargetSpec], dag_id: str) -> dict[str, dict]:
+    """Each target's instance launched, then waited for until it is up: {target: its facts,
+    or its error (``failed_target``: what it launched terminated)}. Every launch goes first,
+    so the instances boot side by side; one target's failure leaves the others theirs."""
+    launched: dict[str, dict] = {}
+    for target in targets:
+        try:
+            launched[target.name] = launch_target(run_id, target, dag_id)
+        except (LaunchError, ClientError, BotoCoreError) as exc:
+            launched[target.name] = failed_target(run_id, target, exc)
+    for target in targets:
+        if "error" in launched[target.name]:
+            continue
+        try:
+            wait_up(target, launched[target.name])
+        except (LaunchError, ClientError, BotoCoreError) as exc:
+            launched[target.name] = failed_target(run_id, target, exc)
+    return launched
+
+
 def launch_target(run_id: str, target: TargetSpec, dag_id: str) -> dict:
     """The target's instance for this run launched (or found, for a retried setup task):
     its facts, the placement it got among them."""

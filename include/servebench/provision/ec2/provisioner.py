@@ -1,6 +1,6 @@
 """The EC2 provisioner's life cycle (``Provisioner``'s methods): an instance per target
 acquired by its host's bench task (``launch``), each variant's container launched on it
-through SSM (``script``, ``readiness``), its lease extended while its units measure, and the
+through SSM (``script``, ``readiness``; what each launch reported: ``script.Launched``), its lease extended while its units measure, and the
 instance released, torn down or reaped (``reaping``). The plan's checks are in ``checks``."""
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from servebench.endpoint import Endpoint
 from servebench.errors import TeardownError
 from servebench.hub import hub_cache_dir
 from servebench.memory import MemorySample
-from servebench.provenance import describe_gpus
 from servebench.provision.ec2.aws import aws_clients, ec2_spec
 from servebench.provision.ec2.checks import account_problems, variant_problems
-from servebench.provision.ec2.launch import failed_target, launch_target, wait_up
+from servebench.provision.ec2.launch import launch_targets
 from servebench.provision.ec2.readiness import instance_ended, run_command, wait_healthy
 from servebench.provision.ec2.reaping import (
     extend_lease,
@@ -29,14 +28,10 @@ from servebench.provision.ec2.reaping import (
 )
 from servebench.provision.ec2.script import (
     CONTAINER,
-    CUDA_MARK,
-    DIGEST_MARK,
-    GPU_MARK,
-    INSTANCE_STORE_MARK,
     MEMORY_PEAK,
+    Launched,
     render_script,
     sampled_memory,
-    script_marks,
 )
 from servebench.provision.interface import (
     LaunchError,
@@ -74,10 +69,7 @@ class Ec2Provisioner(Provisioner):
         self.run_id = run_id
         self.state = state  # target name -> {"instance_id", "address", "conn_id", "region"}
         self.settings = settings
-        self._digests: dict[str, str] = {}  # endpoint name -> repo@sha256 pulled
-        self._gpus: dict[str, str | None] = {}  # endpoint name -> the instance's GPUs
-        self._images: dict[str, str] = {}  # endpoint name -> image asked for
-        self._targets: dict[str, str] = {}  # endpoint name -> target name
+        self._launched: dict[str, Launched] = {}  # endpoint name -> its container
         self._client_cache: dict[tuple, tuple] = {}
         self._leases: dict[str, tuple[float, float]] = {}  # target -> (ttl h, extended at)
 
@@ -90,21 +82,8 @@ class Ec2Provisioner(Provisioner):
         instance cannot be had (no placement with capacity, the quota wait over, an API error,
         an instance that never came up) has what it launched terminated and keeps only its
         ``error``: its units fail with that reason, and the other targets' units run (the
-        night goes on)."""
-        launched: dict[str, dict] = {}
-        for target in targets:  # every launch first: the instances boot side by side
-            try:
-                launched[target.name] = launch_target(run_id, target, dag_id)
-            except (LaunchError, ClientError, BotoCoreError) as exc:
-                launched[target.name] = failed_target(run_id, target, exc)
-        for target in targets:
-            if "error" in launched[target.name]:
-                continue
-            try:
-                wait_up(target, launched[target.name])
-            except (LaunchError, ClientError, BotoCoreError) as exc:
-                launched[target.name] = failed_target(run_id, target, exc)
-        return launched
+        night goes on: ``launch.launch_targets``)."""
+        return launch_targets(run_id, targets, dag_id)
 
     @classmethod
     def attach(cls, run_id, state, settings) -> Ec2Provisioner:
@@ -130,7 +109,7 @@ class Ec2Provisioner(Provisioner):
         _, ssm = self._clients(facts)
         script = render_script(launch, spec, hub_cache=str(hub_cache_dir()))
         iid = facts["instance_id"]
-        self._targets[name], self._images[name] = target.name, launch.image
+        self._launched[name] = Launched(target.name, launch.image)
         self._leases[target.name] = (spec.ttl_hours, 0.0)
         self._extend_lease(target.name)  # the unit's work starts now
         now = time.monotonic()
@@ -141,14 +120,7 @@ class Ec2Provisioner(Provisioner):
         except LaunchError as exc:
             exc.argv = launch.argv
             raise
-        marked = script_marks(output)
-        if marked.get(INSTANCE_STORE_MARK):
-            log.info("instance %s: Docker's images and the model cache on its instance store, "
-                     "%s", iid, marked[INSTANCE_STORE_MARK])
-        if marked.get(DIGEST_MARK):
-            self._digests[name] = marked[DIGEST_MARK]
-        self._gpus[name] = describe_gpus(marked.get(GPU_MARK, "").split(";"),
-                                         marked.get(CUDA_MARK) or None)
+        self._launched[name] = self._launched[name].reported(output, iid)
         base_url = f"http://{facts['address']}:{spec.port}"
         endpoint = Endpoint(base_url, launch.served_model, adapter.chat_path,
                             launch.metrics_path, argv=launch.argv, name=name)
@@ -157,10 +129,15 @@ class Ec2Provisioner(Provisioner):
         return endpoint
 
     def placement(self, endpoint: Endpoint) -> dict[str, str | None]:
-        facts = self.state.get(self._targets.get(endpoint.name, ""), {})
-        image = self._digests.get(endpoint.name) or self._images.get(endpoint.name)
+        facts, launched = self._facts_of(endpoint.name) or {}, self._launched.get(endpoint.name)
         host = f"{facts['instance_id']} ({facts['address']})" if facts else None
-        return {"host": host, "image": image, "gpu": self._gpus.get(endpoint.name)}
+        return {"host": host, "image": launched.pulled if launched else None,
+                "gpu": launched.gpus if launched else None}
+
+    def _facts_of(self, name: str) -> dict | None:
+        """The instance facts of endpoint ``name``'s target (None before its launch)."""
+        launched = self._launched.get(name)
+        return self.state.get(launched.target) if launched else None
 
     def _clients(self, facts: dict):
         """(ec2, ssm) for a target's instance, made once per provisioner."""
@@ -185,7 +162,7 @@ class Ec2Provisioner(Provisioner):
         return facts
 
     def _instance_gone(self, name: str) -> str | None:
-        facts = self.state.get(self._targets.get(name, ""))
+        facts = self._facts_of(name)
         if not facts:
             return None
         ec2, _ = self._clients(facts)
@@ -195,8 +172,8 @@ class Ec2Provisioner(Provisioner):
         """A spot interruption (or anyone's terminate) ends the instance under the cells.
         Asked before each cell: a live unit's instance has its lease extended here."""
         why = self._instance_gone(endpoint.name)
-        if why is None:
-            self._extend_lease(self._targets.get(endpoint.name, ""))
+        if why is None and endpoint.name in self._launched:
+            self._extend_lease(self._launched[endpoint.name].target)
         return why
 
     def _extend_lease(self, target: str) -> None:
@@ -213,7 +190,7 @@ class Ec2Provisioner(Provisioner):
     def stop(self, endpoint: Endpoint) -> None:
         """The container is removed so the next variant has the GPU; the instance stays for
         it (the teardown task terminates it)."""
-        facts = self.state.get(self._targets.get(endpoint.name, ""))
+        facts = self._facts_of(endpoint.name)
         if not facts or self._instance_gone(endpoint.name):
             return
         _, ssm = self._clients(facts)
@@ -227,7 +204,7 @@ class Ec2Provisioner(Provisioner):
     def _ask(self, endpoint: Endpoint, line: str, comment: str) -> str | None:
         """One shell line run on ``endpoint``'s instance, its output (None: no instance,
         or SSM could not run it, logged)."""
-        facts = self.state.get(self._targets.get(endpoint.name, ""))
+        facts = self._facts_of(endpoint.name)
         if not facts or "instance_id" not in facts:
             return None
         _, ssm = self._clients(facts)
@@ -268,8 +245,8 @@ class Ec2Provisioner(Provisioner):
         served = served_engine_version(adapter, endpoint) if endpoint else None
         if served:
             return served
-        if endpoint is not None and endpoint.name in self._images:
-            return "image " + self._digests.get(endpoint.name, self._images[endpoint.name])
+        if endpoint is not None and endpoint.name in self._launched:
+            return "image " + self._launched[endpoint.name].pulled
         return "unknown (ec2 container)"
 
     # -- teardown ---------------------------------------------------------------------------

@@ -6,16 +6,19 @@ device)."""
 
 from __future__ import annotations
 
+import logging
 import shlex
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from servebench.memory import MIB, MemorySample
-from servebench.provenance import GPU_QUERY
+from servebench.provenance import GPU_QUERY, describe_gpus
 
 if TYPE_CHECKING:
     from servebench.config import Ec2Provision
     from servebench.stacks.adapter import ContainerLaunch
 
+log = logging.getLogger(__name__)
 CONTAINER = "servebench-server"
 DIGEST_MARK = "servebench-image-digest:"  # the line the launch script prints
 GPU_MARK = "servebench-gpus:"  # the instance's nvidia-smi rows (GPU_QUERY), ';'-joined
@@ -180,3 +183,29 @@ def script_marks(output: str) -> dict[str, str]:
     return {mark: line[len(mark):].strip() for line in output.splitlines()
             for mark in (DIGEST_MARK, GPU_MARK, CUDA_MARK, INSTANCE_STORE_MARK)
             if line.startswith(mark)}
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A variant's container on its target's instance: the image the launch asked for and,
+    once the script ran, what its marks report (the digest it pulled, the instance's GPUs)."""
+
+    target: str
+    image: str
+    digest: str | None = None
+    gpus: str | None = None
+
+    def reported(self, output: str, instance_id: str) -> Launched:
+        """This launch with what the script's ``output`` marks (``script_marks``)."""
+        marked = script_marks(output)
+        if marked.get(INSTANCE_STORE_MARK):
+            log.info("instance %s: Docker's images and the model cache on its instance store, "
+                     "%s", instance_id, marked[INSTANCE_STORE_MARK])
+        return replace(self, digest=marked.get(DIGEST_MARK) or self.digest,
+                       gpus=describe_gpus(marked.get(GPU_MARK, "").split(";"),
+                                          marked.get(CUDA_MARK) or None))
+
+    @property
+    def pulled(self) -> str:
+        """The image's digest, where the script read one; else the image asked for."""
+        return self.digest or self.image
