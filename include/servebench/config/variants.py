@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from servebench.config.base import _Strict
+from servebench.config.formats import scheme_problem
 from servebench.config.quantize import QuantizedCheckpoint, RecipeSpec
 
 
@@ -184,6 +185,18 @@ class VariantSpec(RecipeOption, GpuOptions, ContainerOption, DtypeOption, Thread
     quantized: QuantizedCheckpoint | None = Field(
         None, exclude=True,  # never in the spec's JSON, its hash or its reference
         description="set by the plan: the recipe's checkpoint this variant launches")
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe_makes_quant(cls, recipe: RecipeSpec | None,
+                            info: ValidationInfo) -> RecipeSpec | None:
+        """A recipe's preset scheme and the variant's ``quant`` name one format (the plan
+        checks a recipe file's schemes: ``quantize.checks``)."""
+        quant = info.data.get("quant")  # absent: quant itself was refused
+        problem = recipe and recipe.scheme and quant and scheme_problem(recipe.scheme, quant)
+        if problem:
+            raise ValueError(problem)
+        return recipe
 
     @property
     def base_model(self) -> str:

@@ -1,6 +1,7 @@
 """What the plan checks of a recipe before anything runs, each problem naming its field
 (``recipe.group_size``, ...): where the checkpoint can be made and served, the recipe file
-and calibration data it reads, and a group size that divides the base model's dimensions.
+(and that its schemes make the variant's ``quant``) and calibration data it reads, and a group
+size that divides the base model's dimensions.
 Whether the target's engine and hardware can run the format is the stack adapter's to say
 (``StackAdapter.local_problems``: vLLM's CPU build)."""
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from servebench.config import SweepSpec, TargetSpec
+from servebench.config.formats import file_schemes, scheme_problem
 from servebench.config.variants import VariantSpec
 from servebench.hub import hub_cache_dir, is_hub_id
 from servebench.quantize.inputs import resolve
@@ -71,6 +73,10 @@ def recipe_problems(spec: SweepSpec, target: TargetSpec, variant: VariantSpec,
             if calibrating and recipe.calibration is None:
                 problems.append(f"recipe.calibration: {inputs.recipe_file}'s "
                                 f"{', '.join(calibrating)} calibrates on data: name a dataset")
+            for scheme in dict.fromkeys(file_schemes(text)):  # a preset's: the spec checks it
+                disagree = scheme_problem(scheme, variant.quant)
+                if disagree:
+                    problems.append(f"recipe.file: {inputs.recipe_file}'s {disagree}")
         except (OSError, yaml.YAMLError) as exc:
             problems.append(f"recipe.file: cannot read {inputs.recipe_file}: {exc}")
     if inputs.calibration is not None:
