@@ -1,44 +1,8 @@
-"""Hugging Face Text Generation Inference (``text-generation-launcher``), in its GHCR image.
-
-Flags are those of ``docs/source/reference/launcher.md``: ``--model-id``, ``--revision``,
-``--quantize`` (awq, gptq, fp8, eetq, marlin, exl2, compressed-tensors, bitsandbytes*;
-pre-quantized checkpoints are detected without it), ``--dtype`` (float16/bfloat16, not
-together with ``--quantize``), ``--kv-cache-dtype`` (fp8_e4m3fn, fp8_e5m2), ``--max-input-tokens``,
-``--max-total-tokens``, ``--max-batch-prefill-tokens``, ``--max-concurrent-requests``,
-``--num-shard``, ``--cuda-memory-fraction``, ``--speculate`` (n-gram, or Medusa heads when the
-model has them), ``--hostname``, ``--port``. Prefix caching is the environment variable
-``PREFIX_CACHING`` (read since v2.4.0; ``USE_PREFIX_CACHING``, its v2.3 name, is read no more).
-Checked against v3.3.6 (``launcher/src/main.rs``, ``router/src/{lib,chat,validation}.rs``,
-``Dockerfile``; facts in ``tests/fixtures/engines/tgi.yaml``).
-
-Container: the image's entrypoint ``/tgi-entrypoint.sh`` runs ``ldconfig`` and activates the
-server's venv, then ``exec text-generation-launcher "$@"``: it is kept, and only the launcher's
-arguments are passed. The image sets ``HF_HOME=/data``, so the host's hub cache is mounted at
-``/data/hub`` (its ``HUGGINGFACE_HUB_CACHE=/data`` was dropped in v2.3.0).
-
-Streaming: with ``stream_options.include_usage`` the usage comes in its own chunk after the
-finish chunk, with empty ``choices`` (``router/src/chat.rs`` since v3.2.0; before, it rode on
-the finish chunk), which is why v3.2 is the oldest release this adapter is checked for.
-
-What TGI cannot do:
-
-* force an exact output length. Neither ``/v1/chat/completions`` nor the native
-  ``/generate_stream`` accepts ``ignore_eos``/``min_tokens`` (the router keeps
-  ``ignore_eos_token`` for its own benchmark tool: issues #1304, #1944, PR #898 closed).
-  ``can_force_length`` is False: TGI's perf cells run at natural length (``length_control``
-  ``natural``, capped at the workload's length, compared only with their own history; plan
-  warns), and its golden-set answers are scored as every stack's are.
-* carry top_k or min_p on the OpenAI route (its ChatRequest has only the OpenAI fields;
-  unknown fields are silently dropped), so ``sampling_problems`` rejects any non-neutral value
-  rather than sending something TGI ignores. repetition_penalty *is* carried: the chat route
-  turns ``presence_penalty`` into ``repetition_penalty = presence_penalty + 2.0``
-  (``router/src/lib.rs`` ``ChatRequest::try_into_generate``), so ``presence_penalty =
-  repetition_penalty - 2.0`` is sent, always (absent means no penalty, 1.0). ``top_p`` must lie
-  in (0, 1): 1.0 is sent as "absent", which means no nucleus filtering. ``temperature: 0`` is
-  greedy only without top_p: with ``top_p < 1`` TGI samples again, at temperature 1
-  (``server/text_generation_server/utils/tokens.py``), so that pair is rejected.
-* ``max_num_seqs`` maps to ``--max-concurrent-requests``: TGI *refuses* requests above it
-  rather than queueing them, so load points above max_num_seqs record errors.
+"""Hugging Face Text Generation Inference (``text-generation-launcher``), in its GHCR image
+(the image's entrypoint kept). Checked against v3.3.6 (``tests/fixtures/engines/tgi.yaml``).
+TGI cannot force an exact output length (its cells run at natural length), carry top_k or
+min_p, or queue above ``--max-concurrent-requests``; repetition_penalty rides on
+``presence_penalty``. Its flags, streaming and each limit's source: docs/stacks.md ("TGI").
 """
 
 from __future__ import annotations
@@ -196,6 +160,6 @@ class TgiStack(HfGpuStack):
                             max_tokens=max_tokens)
         if sampling.top_p >= 1.0:  # TGI rejects top_p >= 1; absent means no filtering
             del body["top_p"]
-        body["presence_penalty"] = sampling.repetition_penalty - 2.0  # see module docstring
-        # force_length cannot be honoured (see module docstring); check() rejects the variant
+        body["presence_penalty"] = sampling.repetition_penalty - 2.0  # docs/stacks.md ("TGI")
+        # force_length cannot be honoured (docs/stacks.md, "TGI"): its cells run at natural length
         return body

@@ -1,43 +1,8 @@
 """TensorRT-LLM's ``trtllm-serve`` (PyTorch backend), locally or in the NGC release image.
-
-Checked against 1.3.0rc3 (``tensorrt_llm/commands/serve.py``, ``serve/openai_protocol.py``,
-``serve/openai_server.py``, ``llmapi/llm_args.py``, ``metrics/collector.py``; facts in
-``tests/fixtures/engines/trtllm.yaml``), the default image's release; the range is that
-release series (1.1 had no ``--revision`` and unprefixed metric names; 1.2 had no ``Eagle3``
-decoding type and streamed continuous usage by default).
-
-Flags are the click options of ``serve.py``: ``MODEL`` (positional), ``--host``, ``--port``,
-``--backend pytorch``, ``--max_batch_size``, ``--max_num_tokens``, ``--max_seq_len``,
-``--tp_size``, ``--kv_cache_free_gpu_memory_fraction`` (a fraction of the memory *free after
-weights*, not of the whole GPU), ``--revision`` (from 1.2; later releases rename it
-``--hf_revision`` and keep this as an alias) and ``--extra_llm_api_options`` (alias
-``--config``): a YAML of LLM-API arguments (``TorchLlmArgs``, extra fields forbidden). That
-YAML carries what has no flag: ``kv_cache_config.dtype`` (auto/fp8),
-``kv_cache_config.enable_block_reuse`` (prefix caching), ``dtype``,
-``return_perf_metrics: true`` (without it the Prometheus endpoint is not mounted) and
-``speculative_config``: ``decoding_type`` NGram/DraftTarget/Eagle3/MTP (the keys of
-``DecodingBaseConfig.from_dict``: ``DraftTarget``, not the class's ``Draft_Target``) with
-``max_draft_len``, ``speculative_model`` and ``max_matching_ngram_size``. MTP's validator
-sets ``max_draft_len`` from ``num_nextn_predict_layers`` (default 1), whatever was sent: both are
-sent, equal, or MTP silently drafts one token. NGram's ``max_matching_ngram_size`` defaults to 0
-in some releases, which its validator refuses: it is always sent (``ngram_max``, else 2, the
-default of the releases that have one). Quantization is read from the
-checkpoint (``QUANTS`` says what it reads); the PyTorch backend has no Medusa and runs
-EAGLE heads as ``Eagle3``.
-
-There is no served-model-name flag in this series: responses name the model argument, or,
-for a local checkpoint folder, the folder's name (``OpenAIServer.__init__``).
-
-Request dialect (``openai_protocol.py``, ``extra="forbid"``: unknown fields are rejected, so
-only its own fields are sent): top_k (0 disables), min_p, repetition_penalty, seed,
-ignore_eos, min_tokens. Exact output length: ``ignore_eos`` plus ``min_tokens``.
-``stream_options.continuous_usage_stats`` defaulted to true before 1.3 and false since, so it
-is sent explicitly. Prometheus metrics live at ``/prometheus/metrics/`` (the trailing slash:
-releases without vLLM's path-regex workaround answer the bare path with a redirect, which
-the scrape does not follow; ``/metrics`` is JSON iteration stats). This series exports no
-prompt-token counters (``trtllm_prompt_cached_tokens_total`` came later), so the prefix-cache
-hit rate comes from the responses' ``usage.prompt_tokens_details.cached_tokens``.
-``GET /version`` answers ``{"version": ...}``.
+Checked against 1.3.0rc3 (``tests/fixtures/engines/trtllm.yaml``). What has no flag (KV-cache
+dtype, prefix caching, dtype, metrics, speculative decoding) goes in the
+``--extra_llm_api_options`` YAML; quantization is the checkpoint's. Its flags, request dialect
+and metrics path: docs/stacks.md ("TensorRT-LLM").
 """
 
 from __future__ import annotations

