@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from servebench.loadgen.modes import CLOSED, SEARCHED_MODES, at_offered_rate
 from servebench.metrics import e2e_s, tpot_s, ttft_s
 from servebench.records import RequestRecord
 from servebench.trends.series import series_id
@@ -126,8 +127,8 @@ def _sample(cell: dict, requests: pd.DataFrame) -> _Sample | None:
                    np.asarray([e2e_s(r) * 1000 for r in records], float),
                    float(cell.get("output_throughput") or math.nan),
                    float(cell.get("cost_per_1m_output_tokens") or math.nan),
-                   # arrival-driven (open loop, a trace): the rate is the offered one
-                   cell.get("load_mode", "closed") not in ("open", "trace"))
+                   # at an offered rate (open loop, a trace): the rate is the offered one
+                   not at_offered_rate(cell.get("load_mode", CLOSED)))
 
 
 def _percentile(values: np.ndarray, idx: np.ndarray, q: float) -> np.ndarray:
@@ -202,7 +203,7 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame,
     noise = _night_noise(detectability)
     ok = cells[cells["status"] == "ok"]
     if "load_mode" in ok.columns:  # an slo cell of each variant ran at its own load
-        ok = ok[ok["load_mode"] != "slo"]
+        ok = ok[~ok["load_mode"].isin(SEARCHED_MODES)]
     rows = []
     for cell in ok.to_dict("records"):
         base_name = cell.get("gate_baseline")

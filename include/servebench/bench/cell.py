@@ -13,6 +13,7 @@ from servebench.bench.rows import UnitRows, cell_id, length_control
 from servebench.config import LoadPoint, LoadPoints, Workload
 from servebench.endpoint import Endpoint
 from servebench.loadgen.engine import LoadSpec
+from servebench.loadgen.modes import CLOSED, LOAD_MODES, MAX, SCHEDULE
 from servebench.loadgen.result import LoadResult
 from servebench.metrics import (
     Slo,
@@ -49,13 +50,17 @@ class CellPrompts:
 def load_spec_for(point: LoadPoint, load: LoadPoints,
                   items: Sequence[PromptItem] = ()) -> LoadSpec:
     """How the load generator drives ``point`` of the sweep's ``load`` section (a trace's:
-    at its measured ``items``' own arrival times)."""
-    if point.mode == "trace":
-        return LoadSpec.trace([item.arrival_s for item in items],
-                              max_concurrency=point.concurrency)
-    if point.mode == "closed":
+    at its measured ``items``' own arrival times). An ``slo`` point is a search over loads,
+    each probe a point of its own (:mod:`.slo`), not a load to run."""
+    runs_as = LOAD_MODES[point.mode].runs_as
+    if runs_as is None:
+        raise ValueError(f"a {point.mode!r} point is a search over loads, not a load to run")
+    if runs_as == SCHEDULE:
+        return LoadSpec.schedule([item.arrival_s for item in items],
+                                 max_concurrency=point.concurrency)
+    if runs_as == CLOSED:
         return LoadSpec.closed(point.concurrency)
-    if point.mode == "max":
+    if runs_as == MAX:
         return LoadSpec.max_throughput(point.concurrency)
     return LoadSpec.open(point.request_rate, arrival=load.arrival, burstiness=load.burstiness,
                          seed=load.seed, max_concurrency=point.concurrency)

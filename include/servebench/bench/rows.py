@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from servebench.config import LoadPoint, SweepSpec, TargetSpec, VariantSpec
 from servebench.cost import cost_fields
 from servebench.endpoint import Endpoint
+from servebench.loadgen.modes import LOAD_MODES
 from servebench.provenance import file_sha256, measuring_code
 from servebench.provision.interface import Provisioner
 from servebench.settings import Settings
@@ -49,7 +50,7 @@ def cell_identity(spec: SweepSpec, target: TargetSpec, variant: VariantSpec, wor
         "recipe_hash": variant.quantized.recipe_hash if variant.quantized else None,
         "workload": workload, "load_point": point.label, "load_mode": point.mode,
         "concurrency": point.concurrency, "request_rate": point.request_rate,
-        "arrival": spec.load.arrival if point.mode == "open" else None,
+        "arrival": spec.load.arrival if LOAD_MODES[point.mode].drawn_arrivals else None,
         "sampling_hash": spec.sampling.spec_hash(),
         "price_per_hour": target.price_per_hour(spec.price_per_hour),
     }

@@ -26,6 +26,7 @@ from servebench.endpoint import Endpoint
 from servebench.errors import LaunchError
 from servebench.evals.runner import EvalOutcome, run_golden_set
 from servebench.loadgen.engine import run_load_sync
+from servebench.loadgen.modes import LOAD_MODES
 from servebench.loadgen.result import LoadResult
 from servebench.metrics import Slo
 from servebench.plan import unit_id
@@ -214,7 +215,7 @@ class VariantRunner:
                     rows.failed_cell(workload.name, point, endpoint.argv,
                                      f"the server had died: {_first(died)}")
                     continue
-                if point.mode == "slo":
+                if LOAD_MODES[point.mode].searched:
                     try:
                         rows.keep(*search_slo(cells, endpoint, workload, point, tokenizer))
                     except Exception as exc:  # one broken cell must not lose the others

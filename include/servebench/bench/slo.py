@@ -11,6 +11,7 @@ from servebench.bench.rows import cell_id
 from servebench.capacity import Probe, search_max_load
 from servebench.config import LoadPoint, Workload
 from servebench.endpoint import Endpoint
+from servebench.loadgen.modes import CLOSED, OPEN
 from servebench.metrics import slo_misses
 from servebench.tokenizer import Tokenizer
 
@@ -30,9 +31,9 @@ def search_slo(cells: CellMeasurer, endpoint: Endpoint, workload: Workload, poin
     measured: dict[float, tuple[dict, list[dict]]] = {}
 
     def probe(load: float) -> Probe:
-        at = (LoadPoint(label=f"slo@r{load:g}", mode="open", request_rate=load,
+        at = (LoadPoint(label=f"slo@r{load:g}", mode=OPEN, request_rate=load,
                         concurrency=point.concurrency) if search.over == "rate" else
-              LoadPoint(label=f"slo@c{int(load)}", mode="closed", concurrency=int(load)))
+              LoadPoint(label=f"slo@c{int(load)}", mode=CLOSED, concurrency=int(load)))
         row, requests = cells.measure(endpoint, workload.name, at,
                                       cells.prompts(workload, at, tokenizer), cid=cid)
         measured[load] = (row, requests)

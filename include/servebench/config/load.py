@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from servebench.config.base import _Strict
 from servebench.config.workloads import TraceWorkload, Workload
+from servebench.loadgen.modes import CLOSED, MAX, OPEN, SLO, SWEEP_MODES, TRACE
 
 
 class SloSearch(_Strict):
@@ -58,15 +59,23 @@ class AutoRequests(_Strict):
 class LoadPoint(BaseModel):
     """One load point of a workload, i.e. one cell: closed loop at a concurrency, open loop at
     a request rate, max throughput (every request at once), a trace's own arrivals, or the
-    SLO search's (``slo``). ``label`` names it in cell ids (``c4``, ``r20``, ``max``,
-    ``trace``, ``slo``)."""
+    SLO search's (``slo``): its ``mode``, one of the vocabulary's sweep kinds
+    (:mod:`servebench.loadgen.modes`), says what it is. ``label`` names it in cell ids
+    (``c4``, ``r20``, ``max``, ``trace``, ``slo``)."""
 
     model_config = ConfigDict(frozen=True)
 
     label: str
-    mode: Literal["closed", "open", "max", "trace", "slo"]
+    mode: str
     concurrency: int | None = None  # closed: workers; open, max: cap on requests in flight
     request_rate: float | None = None  # open: requests/s
+
+    @field_validator("mode")
+    @classmethod
+    def _a_sweep_kind(cls, mode: str) -> str:
+        if mode not in SWEEP_MODES:
+            raise ValueError(f"mode must be one of {SWEEP_MODES}, got {mode!r}")
+        return mode
 
 
 class LoadPoints(_Strict):
@@ -114,12 +123,12 @@ class LoadPoints(_Strict):
         return self
 
     def points(self) -> list[LoadPoint]:
-        closed = [LoadPoint(label=f"c{c}", mode="closed", concurrency=c) for c in self.concurrency]
-        opened = [LoadPoint(label=f"r{r:g}", mode="open", concurrency=self.max_concurrency,
+        closed = [LoadPoint(label=f"c{c}", mode=CLOSED, concurrency=c) for c in self.concurrency]
+        opened = [LoadPoint(label=f"r{r:g}", mode=OPEN, concurrency=self.max_concurrency,
                             request_rate=r) for r in self.rates]
-        ceiling = [LoadPoint(label="max", mode="max", concurrency=self.max_concurrency)
+        ceiling = [LoadPoint(label="max", mode=MAX, concurrency=self.max_concurrency)
                    ] if self.max_throughput else []
-        slo = [LoadPoint(label="slo", mode="slo", concurrency=self.max_concurrency)
+        slo = [LoadPoint(label="slo", mode=SLO, concurrency=self.max_concurrency)
                ] if self.slo_search else []
         return closed + opened + ceiling + slo
 
@@ -127,5 +136,5 @@ class LoadPoints(_Strict):
         """A workload's load points: a trace's own arrivals (one ``trace`` point, capped by
         ``max_concurrency``), else the sweep's."""
         if isinstance(workload, TraceWorkload):
-            return [LoadPoint(label="trace", mode="trace", concurrency=self.max_concurrency)]
+            return [LoadPoint(label="trace", mode=TRACE, concurrency=self.max_concurrency)]
         return self.points()

@@ -2,7 +2,9 @@
 
 Public names (imported lazily: importing a record type or a mode pulls in no client):
 
-* modes: :class:`LoadSpec` (``closed``/``open``/``max_throughput``), :func:`run_load`
+* modes: the vocabulary of load kinds and what each is (:mod:`.modes`, standard library only,
+  imported by the sweep spec too); :class:`LoadSpec` (``closed``/``open``/``max_throughput``/
+  ``schedule``), :func:`run_load`
   (async, one process: ``single``), :func:`run_load_sync` (the runners' entry point:
   ``engine``, which picks one process or several);
 * arrivals: :func:`arrival_offsets`;

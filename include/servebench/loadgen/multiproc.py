@@ -7,8 +7,9 @@ Each process runs :func:`servebench.loadgen.single.run_load`; this module does n
 ``engine``, which picks between one process and this.
 
 Split: request ``k`` of the measured phase goes to process ``k % N`` (warm-up requests too), so
-each process replays an exact subset of the single-process schedule — open-loop arrivals keep
-their global offsets (the union of the N schedules is the original one), closed-loop
+each process replays an exact subset of the single-process schedule — arrival-driven loads
+become each process's ``schedule`` of its share, at their global offsets (the union of the N
+schedules is the original one), closed-loop
 concurrency and any in-flight cap are divided as evenly as possible (process ``p`` gets
 ``c // N`` plus one if ``p < c % N``; N is lowered so every process gets at least one). Request
 ids keep their global index. With ``duration_s``, process ``p``'s ``j``-th measured request
@@ -46,6 +47,7 @@ from typing import Any
 
 from servebench.errors import LoadGeneratorError
 from servebench.loadgen.arrivals import LoadSpec
+from servebench.loadgen.modes import SCHEDULE
 from servebench.loadgen.result import LoadResult
 from servebench.loadgen.single import assemble_result, run_load, run_sync
 from servebench.loadgen.transport import Transport
@@ -129,7 +131,7 @@ def run_load_multiprocess(base_url: str, path: str, bodies: Sequence[dict[str, A
         if offsets is not None:  # open-loop modes: replay this process's share of the schedule
             mine = list(range(p, len(offsets), processes))
             meas = [warmup + (k % n_meas) for k in mine]
-            sub = LoadSpec("trace", concurrency=_share(spec.concurrency, processes, p),
+            sub = LoadSpec(SCHEDULE, concurrency=_share(spec.concurrency, processes, p),
                            offsets=tuple(float(offsets[k]) for k in mine))
             ids = _Ids(warm, [warmup + k for k in mine], warmup, processes, p)
             dur = None

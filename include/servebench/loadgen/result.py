@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from servebench.loadgen.modes import CLOSED
 from servebench.records import RequestRecord
 from servebench.metrics import CLIENT_LAG_BOUND_MS, client_lag_reasons
 
@@ -57,7 +58,7 @@ class LoadResult:
         loop_lag: event-loop wake-up lateness sampled during the measured phase.
         clock_anchor_wall, clock_anchor_perf: the run clock's anchor (for provenance; with
             several processes, the first process's).
-        mode: ``"closed"``, ``"open"``, ``"max"`` or ``"trace"``.
+        mode: the load generator's mode that ran it (:data:`~.modes.LOADGEN_MODES`).
         client: the transport's name: ``"fast"`` or ``"httpx"`` (or a caller's own transport's).
         processes: client processes that produced the records.
         client_cpu_s: client CPU seconds (user+system, all its processes) in the measured phase.
@@ -77,7 +78,7 @@ class LoadResult:
     loop_lag: LagStats
     clock_anchor_wall: float = math.nan
     clock_anchor_perf: float = math.nan
-    mode: str = "closed"
+    mode: str = CLOSED
     client: str = "fast"
     processes: int = 1
     client_cpu_s: float = math.nan

@@ -5,8 +5,8 @@ which runs this in the calling process or, through :mod:`.multiproc` (each clien
 this module's :func:`run_load`), over several. Load modes: closed loop, open
 loop (Poisson/gamma arrivals), max throughput -- each a kind
 of load point in the sweep spec (``load.concurrency``, ``load.rates``, ``load.max_throughput``)
--- and explicit arrival offsets (``trace``: how ``multiproc`` hands each client process its
-share of an open-loop schedule).
+-- and explicit arrival offsets (``schedule``: how a trace runs, and how ``multiproc`` hands
+each client process its share of an open-loop schedule).
 
 One engine drives every mode; a :class:`LoadSpec` says which:
 
@@ -20,7 +20,7 @@ One engine drives every mode; a :class:`LoadSpec` says which:
   ``max_concurrency`` arrivals that find every slot busy wait in FIFO order; that wait is
   reported as :attr:`LoadResult.queue_wait`, not as client lag.
 * ``LoadSpec.max_throughput(max_concurrency=None)`` — everything arrives at once.
-* ``LoadSpec.trace(offsets, max_concurrency=None, time_scale=1.0)`` — send at these arrival
+* ``LoadSpec.schedule(offsets, max_concurrency=None, time_scale=1.0)`` — send at these arrival
   offsets (seconds from the start) in order; ``bodies`` are parallel to them.
 
 Common to all modes:
@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from servebench.loadgen.arrivals import LoadSpec
+from servebench.loadgen.modes import LOAD_MODES, SCHEDULE
 from servebench.records import Clock, RequestRecord
 from servebench.loadgen.result import LagStats, LoadResult
 from servebench.loadgen.transport import Transport, make_transport
@@ -228,9 +229,9 @@ async def run_load(
         raise ValueError(f"warmup={warmup} must be in [0, len(bodies)={len(bodies)})")
     if prompt_tokens_requested is not None and len(prompt_tokens_requested) != len(bodies):
         raise ValueError("prompt_tokens_requested must be parallel to bodies")
-    if (spec.mode == "trace" and duration_s is None
+    if (spec.mode == SCHEDULE and duration_s is None
             and len(spec.offsets or ()) < len(bodies) - warmup):
-        raise ValueError("trace replay: fewer offsets than measured bodies")
+        raise ValueError("schedule: fewer offsets than measured bodies")
     n_meas = len(bodies) - warmup
     offsets = spec.offsets_for(n_meas, duration_s)
     cap = spec.concurrency
@@ -297,7 +298,7 @@ def assemble_result(cell_id: str, spec: LoadSpec, client: str, measured: list[Re
     end = max((r.done_at for r in measured), default=math.nan)
     send_lag = [r.sent_at - t for r, t in zip(measured, ready) if r.sent_at == r.sent_at]
     queue = ([t - r.scheduled_at for r, t in zip(measured, ready)]
-             if spec.mode != "closed" and spec.concurrency else None)
+             if LOAD_MODES[spec.mode].arrival_driven and spec.concurrency else None)
     return LoadResult(
         cell_id=cell_id, concurrency=spec.concurrency or 0, records=measured, warmup_records=warm,
         window_start=start, window_end=end,

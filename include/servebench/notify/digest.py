@@ -16,6 +16,7 @@ from urllib.parse import quote
 import pandas as pd
 
 from servebench.defaults import BOARD_PATH
+from servebench.loadgen.modes import SEARCHED_MODES, is_searched
 
 MISSING = "-"
 SORT_KEYS = ["target", "variant", "workload", "load_mode", "concurrency", "request_rate"]
@@ -124,7 +125,7 @@ def fmt_load(r: dict) -> str:
     it is: the highest load that held, at which the row was measured (``slo (max c4 within
     SLO)``, ``slo (max r6.35 within SLO)``), ``slo (none within SLO)`` where even the first
     probe missed, ``slo (no answer)`` where the search could not tell."""
-    if r.get("load_mode") != "slo":
+    if not is_searched(r.get("load_mode")):
         return fmt_text(r.get("load_point"))
     best = r.get("max_load_within_slo")
     if is_missing(best):
@@ -244,7 +245,7 @@ def slo_lines(cells: pd.DataFrame) -> list[str]:
     if "load_mode" not in cells.columns:
         return []
     lines = []
-    for r in cell_records(cells[cells["load_mode"] == "slo"]):
+    for r in cell_records(cells[cells["load_mode"].isin(SEARCHED_MODES)]):
         where = " / ".join(fmt_text(r.get(k)) for k in ("target", "variant", "workload"))
         rate = r.get("slo_search_over") == "rate"
         unit, fmt = (" req/s", fmt_num) if rate else (" workers", fmt_int)

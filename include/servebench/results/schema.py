@@ -112,7 +112,7 @@ CELLS = pa.schema(
         _f("recipe_hash", _STR),
         _f("workload", _STR),
         _f("load_point", _STR),  # c4 (closed loop, 4 workers) or r20 (open loop, 20 req/s)
-        _f("load_mode", _STR),  # closed | open | max | trace | slo (capacity's search)
+        _f("load_mode", _STR),  # a sweep kind's name: loadgen.modes.SWEEP_MODES
         _f("length_control", _STR),  # exact | natural (bench.rows.length_control; null: exact)
         _f("concurrency", _I32),  # closed: workers; open: in-flight cap (null: none)
         _f("request_rate", _F64),  # open loop: requests/s

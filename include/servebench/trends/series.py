@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from servebench.loadgen.modes import SEARCHED_MODES
 from servebench.trends.detect import (
     Change,
     DetectorSettings,
@@ -219,7 +220,7 @@ def build_series(cells: pd.DataFrame, runs: pd.DataFrame,
             continue
         part = ok[ok[metric.column].notna()]
         if "load_mode" in part.columns:
-            part = part[(part["load_mode"] == "slo") != metric.fixed_load]
+            part = part[part["load_mode"].isin(SEARCHED_MODES) != metric.fixed_load]
         if part.empty:
             continue
         frames.append(_long(part, metric, metric.column, nights))

@@ -40,6 +40,7 @@ from servebench.config.workloads import (
     FixedWorkload,
     LongContextWorkload,
 )
+from servebench.loadgen.modes import LOAD_MODES
 from servebench.metrics import e2e_s, tpot_s, ttft_s
 from servebench.records import RequestRecord
 from servebench.results.store import ResultStore
@@ -173,7 +174,7 @@ SIZABLE = (FixedWorkload, LongContextWorkload, ChatLengthsWorkload)
 def sizable(workload: object, point: LoadPoint) -> bool:
     """Whether ``load.auto_requests`` sizes the cell of ``workload`` at ``point`` (not an SLO
     search's: its probes are its own)."""
-    return isinstance(workload, SIZABLE) and point.mode in ("closed", "open", "max")
+    return isinstance(workload, SIZABLE) and LOAD_MODES[point.mode].sizable
 
 
 @dataclass(frozen=True)

@@ -130,5 +130,5 @@ def test_each_load_point_of_the_sweep_spec_drives_its_mode() -> None:
 
     [trace] = load.points_for(TraceWorkload(kind="trace", name="t", path="t.jsonl"))
     items = [PromptItem([], 8, 4, arrival_s=t) for t in (0.0, 0.25, 1.5)]
-    assert load_spec_for(trace, load, items) == LoadSpec.trace([0.0, 0.25, 1.5],
-                                                               max_concurrency=8)
+    assert load_spec_for(trace, load, items) == LoadSpec.schedule([0.0, 0.25, 1.5],
+                                                                  max_concurrency=8)
