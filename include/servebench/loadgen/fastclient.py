@@ -1,52 +1,9 @@
-"""The fast path: a purpose-built HTTP/1.1 + SSE streaming client on non-blocking sockets.
-
-Why not httpx here: measured on this 2-core box against the fake server, the httpx client
-(:mod:`servebench.loadgen.client`, kept as the reference implementation) costs ~55-65 us of
-client CPU per streamed chunk, ~85% of it inside httpx/httpcore/h11 (per body piece: an async
-generator hop, h11 event objects, pool bookkeeping). That is ~15k chunks/s per core, an order
-of magnitude short of what a benchmark client must sustain (>= 150k tokens/s at concurrency
-256 with the server sharing the cores), and at concurrency 256 the queueing it causes lands in
-TTFT/ITL as if the server were slow. This client measured ~3 us of CPU per streamed token
-(~320k tokens per client CPU-second, see ``benchmarks/loadgen.py``) by doing the minimum per
-network read:
-
-* one ``recvmsg`` per readable socket (``loop.add_reader``; uvloop or the stdlib loop), and
-  **one timestamp per read**: the kernel's receive time of the data (``SO_TIMESTAMPNS``, Linux;
-  mapped onto the run :class:`~servebench.records.Clock` by the ``Clock.now() -
-  time.time()`` offset read at the same moment), else ``Clock.now()`` at the read. Every event
-  in one read gets it (they really arrived together). With kernel timestamps a busy event loop
-  delays the *processing* of a chunk, not its recorded arrival: client queueing never lands in
-  TTFT/ITL. The loop lag is still measured and reported (it delays *sends*, and ``sent_at`` is
-  stamped right before the ``send`` syscall, so lateness shows as send lag instead);
-* chunked transfer decoding by slicing (no per-chunk objects), content-length and
-  read-until-close bodies;
-* SSE framing by splitting the bytes on blank lines;
-* JSON decoding only where it must: every event goes through the reference parser
-  (:class:`servebench.loadgen.stream.StreamState`, so both clients produce the same record)
-  **except** plain content events once the stream is established — events with
-  ``"finish_reason":null``, no ``"usage"``, and a non-empty compact ``"content":"...`` (chat) /
-  ``"text":"...`` (completions) string. Those are counted by byte search (1 token each, as the
-  reference counts chunks without usage) and their text is sliced out without decoding when it
-  contains no escape (``collect_text``; on by default — cheap — so ``output_text`` is there
-  for golden-set scoring). Any other shape (whitespace in the JSON, escapes, reasoning-only
-  deltas, usage, finish, errors) takes the full decode, so the shortcut never changes a record
-  (``tests/unit/loadgen/test_loadgen_fastclient.py`` checks this against httpx, error cases included).
-
-Connections are keep-alive and opened by the load runner *before* the warm-up and the measured
-window (:meth:`FastClient.open`), so TCP set-up never lands in a measured TTFT. A reused
-connection that the server closed before sending any response byte is retried once on a fresh
-connection (as the reference does). Errors are records, worded like the reference's
-(``ConnectError``, ``ReadTimeout``, ``RemoteProtocolError``, ``HTTPStatusError: <status>
-<reason>: <snippet>``, ``DeadlineExceeded``, ``IncompleteStream``, ``StreamError``,
-``ProtocolError``). Plain ``http://`` only (benchmarks run next to the server); ``https`` goes
-through httpx (``client="auto"``). ``RemoteProtocolError`` means the server's bytes: a
-connection lost mid-response, or a response head or chunked framing that does not parse
-(:class:`MalformedResponse`). A failure of this client's own code is not the server's: it is
-raised from :meth:`FastClient.send`, with its traceback, never recorded as the server's error.
-
-Read timeouts are enforced by one sweeper task per client (granularity ``timeout_s / 10``,
-at most 1 s), not by a timer per read, which would cost more than the parsing.
-"""
+"""The fast path: a purpose-built HTTP/1.1 + SSE streaming client on non-blocking sockets, for
+plain ``http://`` (``https`` goes through httpx, :mod:`servebench.loadgen.client`, the
+reference implementation): one ``recvmsg`` and one kernel receive timestamp per read, chunked
+and SSE framing by slicing, JSON decoded only where a record needs it, errors worded like the
+reference's. Why and how, with its measured cost: docs/load-and-metrics.md ("The fast
+client")."""
 
 from __future__ import annotations
 

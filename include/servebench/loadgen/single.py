@@ -1,53 +1,10 @@
 """The load engine of one client process: runs a load point's phases (warm-up, measured
 window) over a transport (:mod:`.transport`) on one event loop, as its
-:class:`~.arrivals.LoadSpec` says. Callers use :func:`servebench.loadgen.engine.run_load_sync`,
-which runs this in the calling process or, through :mod:`.multiproc` (each client process runs
-this module's :func:`run_load`), over several. Load modes: closed loop, open
-loop (Poisson/gamma arrivals), max throughput -- each a kind
-of load point in the sweep spec (``load.concurrency``, ``load.rates``, ``load.max_throughput``)
--- and explicit arrival offsets (``schedule``: how a trace runs, and how ``multiproc`` hands
-each client process its share of an open-loop schedule).
-
-One engine drives every mode; a :class:`LoadSpec` says which:
-
-* ``LoadSpec.closed(concurrency)`` — ``concurrency`` workers, each sends its next request when
-  its last one ends (``scheduled_at`` = when the worker became free: the phase start, then its
-  previous request's ``done_at``; send lag is then the client's turnaround).
-* ``LoadSpec.open(rate, arrival="poisson"|"gamma"|"constant", burstiness=1.0, seed=0,
-  max_concurrency=None)`` — requests arrive at ``rate``/s; inter-arrival gaps are exponential
-  (Poisson), gamma with shape ``burstiness`` (< 1 burstier, > 1 smoother; 1 = Poisson; the
-  vLLM benchmark's definition) or constant. ``scheduled_at`` is the arrival time. With
-  ``max_concurrency`` arrivals that find every slot busy wait in FIFO order; that wait is
-  reported as :attr:`LoadResult.queue_wait`, not as client lag.
-* ``LoadSpec.max_throughput(max_concurrency=None)`` — everything arrives at once.
-* ``LoadSpec.schedule(offsets, max_concurrency=None, time_scale=1.0)`` — send at these arrival
-  offsets (seconds from the start) in order; ``bodies`` are parallel to them.
-
-Common to all modes:
-
-* warm-up: ``bodies[:warmup]`` go first (closed loop at the mode's concurrency, or cap, or 32),
-  and the measured phase starts after the last of them ended; the keep-alive connections are
-  opened before the warm-up, so neither TCP set-up nor cold connections land in the window;
-* stop by request count (``len(bodies) - warmup``) or by ``duration_s`` (no new request is
-  sent after ``duration_s`` seconds of measured phase; in-flight ones finish; with a duration
-  the measured bodies are reused cyclically and request ids keep counting);
-* fixed seeds: arrival offsets depend only on ``(rate, arrival, burstiness, seed, n)``;
-* client lag: ``send_lag`` (sent_at minus when the request was free to go) and event-loop lag
-  (a ticker), so :attr:`LoadResult.client_saturated` can flag a client that fell behind;
-* a frozen heap (:func:`run_sync`): what the process held before the load is left out of
-  garbage collection while it runs -- a full collection walks every object of the process (an
-  Airflow task's: measured 470-790 ms a pass in the DAG test's process), and one inside the
-  window stalls the client that long, which reads as the server's latency.
-
-``client="auto"`` (default; the one rule, ``transport.resolve_client``) uses
-:mod:`servebench.loadgen.fastclient` for plain ``http://`` and the httpx client (TLS, proxies)
-for anything else -- a hosted API is ``https``; ``client="fast"`` / ``"httpx"`` force one (the
-benchmarks compare them); ``transport.make_transport`` is the one place a choice becomes a
-transport. ``transport=`` passes one in instead, built by the caller (a test's fake, a
-configured client): anything with the :class:`~.transport.Transport` interface. ``collect_text``
-(fast client) keeps ``output_text``; it is cheap (text is sliced out of the bytes) and on by
-default.
-"""
+:class:`~.arrivals.LoadSpec` says -- closed loop, or requests at arrival offsets (open loop,
+max throughput, a schedule). Callers use :func:`servebench.loadgen.engine.run_load_sync`, which
+runs this here or, through :mod:`.multiproc`, over several processes. What each mode does,
+the warm-up, stopping and client lag: docs/load-and-metrics.md ("How a load is driven", "The
+heap freeze")."""
 
 from __future__ import annotations
 
