@@ -1,6 +1,6 @@
 """The quantized formats a variant's ``quant`` may name, in one table: for each, what its
 checkpoint's ``config.json`` states (``quant_method``), the llm-compressor preset schemes that
-make it (``SCHEMES``), and which GPU engine serves it with which value of its quantization flag
+make it (``SCHEMES``, each naming its format), and which GPU engine serves it with which value of its quantization flag
 or refuses it, and why. The spec, the quantize step and the stack adapters all read it; it
 imports only the standard library. Adding a format or a scheme is a row here and a line in
 docs/stacks.md ("Quantized formats"), which says what each engine reads and why.
@@ -44,11 +44,6 @@ class Format:
         in it: no quantization_config); None: not checked."""
         return {"precision": frozenset({None}), "checkpoint": frozenset({self.quant_method}),
                 "online": frozenset({None, self.quant_method}), "engine": None}[self.kind]
-
-    @property
-    def schemes(self) -> tuple[str, ...]:
-        """The llm-compressor preset schemes whose checkpoint is this format."""
-        return tuple(s.name for s in SCHEMES if self.quant in s.quants)
 
 
 TRTLLM_READER = "_torch/model_config.py load_hf_quant_config at 1.3.0rc3"
@@ -121,7 +116,6 @@ FORMATS: tuple[Format, ...] = (
         VLLM: "deprecated in vLLM 0.14-0.19: the server refuses to start with it unless "
               "--allow-deprecated-quantization is passed (put both in extra_args to insist)"}),
 )
-BY_QUANT = {f.quant: f for f in FORMATS}
 
 
 def quant_flags(engine: str) -> dict[str, str | None]:
