@@ -1,9 +1,10 @@
 """The quantized formats a variant's ``quant`` may name, in one table: for each, what its
 checkpoint's ``config.json`` states (``quant_method``), the llm-compressor preset schemes that
-make it (``SCHEMES``, each naming its format), and which GPU engine serves it with which value of its quantization flag
-or refuses it, and why. The spec, the quantize step and the stack adapters all read it; it
-imports only the standard library. Adding a format or a scheme is a row here and a line in
-docs/stacks.md ("Quantized formats"), which says what each engine reads and why.
+make it (``SCHEMES``, each naming its format), and which GPU engine serves it with which value
+of its quantization flag or refuses it, and why. The spec, the quantize step and the stack
+adapters all read it; it imports only the standard library. Adding a format or a scheme is a
+row here and a line in docs/stacks.md ("Quantized formats"), which says what each engine reads
+and why.
 """
 
 from __future__ import annotations
