@@ -59,8 +59,9 @@ bench-ec2: system-test setup airflow-db
 airflow: setup airflow-db
 	PATH="$(BIN):$$PATH" AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS=True airflow standalone
 
+# the unit tests alone: no server, no Airflow import (the DAG tests are in `make test`)
 unit: venv
-	$(BIN)/python -m pytest tests/unit tests/dags
+	$(BIN)/python -m pytest tests/unit
 
 setup: system venv stacks vllm quant llama models
 

@@ -22,9 +22,18 @@ os.environ.setdefault("SERVEBENCH_HUB_ENDPOINT", "")
 os.environ.setdefault(
     "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{ROOT / '.airflow' / 'airflow.db'}"
 )
-# Airflow configures logging (replacing the root handlers) on its first import; done here, at
-# collection, it cannot take caplog's handler from under whichever test happens to import it first
-import airflow.sdk  # noqa: E402,F401
+
+
+def pytest_collection_modifyitems(config, items):
+    """Airflow configures logging (replacing the root handlers) on its first import; done here,
+    at collection, it cannot take caplog's handler from under whichever test happens to import
+    it first. Only where collected tests need it: the DAG and integration tests, and a unit test
+    marked ``airflow`` (one that reads its own logs after something imports Airflow). The unit
+    tests that reach Airflow lazily read no logs, and ``make unit`` does not pay its ~6 s."""
+    unit = Path(__file__).parent / "unit"
+    if any(not Path(item.path).is_relative_to(unit) or item.get_closest_marker("airflow")
+           for item in items):
+        import airflow.sdk  # noqa: F401
 
 # -- a synthetic nightly history, shared by the trends and report tests -------------------------
 DAY0 = dt.date(2026, 10, 1)
@@ -77,7 +86,7 @@ def fresh_regression_history(tmp_path_factory):
 
 
 def _history(tmp_path_factory, nights: int):
-    from servebench.pipeline import detect_regressions
+    from servebench.pipeline import detect
     from servebench.results.store import ResultStore
 
     root = tmp_path_factory.mktemp("history") / "data"
@@ -89,7 +98,7 @@ def _history(tmp_path_factory, nights: int):
     summaries = []
     try:
         for night in range(nights):  # as the DAG does: publish, then detect, night by night
-            summaries.append(detect_regressions(_publish(store, night, rng)))
+            summaries.append(detect(_publish(store, night, rng)))
         yield store, summaries, DAY0
     finally:
         mp.undo()
