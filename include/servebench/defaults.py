@@ -1,8 +1,10 @@
 """The names and defaults the DAG files show at parse time, defined once. This module imports
-nothing but the standard library: a DAG file may import it at top level and stay light to
-parse."""
+nothing but the standard library and the metric catalogue (a leaf of it): a DAG file may
+import it at top level and stay light to parse."""
 
 import os
+
+from servebench.metric_catalogue import release_thresholds
 
 DEFAULT_SWEEP = "include/sweeps/local.yaml"  # the local default (relative to the project root)
 NIGHTLY_DAG_ID = "nightly_benchmark"  # the nightly history (trends, the Benchmarks view)
@@ -14,9 +16,9 @@ NIGHTLY_SCHEDULE = "0 2 * * *"
 NIGHTLY_DEADLINE_HOURS = float(os.environ.get("SERVEBENCH_NIGHTLY_DEADLINE_HOURS", "6"))
 BOARD_PATH = "/servebench"  # where the Benchmarks view is mounted in the Airflow API server
 CLI_DAG_ID = "servebench-cli"  # what `servebench run` records as its dag_id (its own history)
-# the release gate's default thresholds: metric -> the largest relative worsening allowed
-RELEASE_GATE_THRESHOLDS = {"ttft_ms_p95": 0.25, "tpot_ms_p50": 0.15, "output_throughput": 0.10,
-                           "goodput": 0.10}
+# the release gate's default thresholds: metric -> the largest relative worsening allowed (each
+# metric's ``release_threshold`` in the catalogue)
+RELEASE_GATE_THRESHOLDS = release_thresholds()
 # a person's answers to an inconclusive release gate (its person_decides task's options) and
 # what each is recorded as (servebench.release.decision)
 GATE_PERSON_OPTIONS = {"Approve": "approved", "Reject": "rejected"}

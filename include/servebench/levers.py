@@ -56,6 +56,7 @@ import pandas as pd
 from scipy import stats
 
 from servebench.loadgen.modes import CLOSED, SEARCHED_MODES, at_offered_rate
+from servebench.metric_catalogue import metric_label, shown_in
 from servebench.metrics import e2e_s, tpot_s, ttft_s
 from servebench.records import RequestRecord
 from servebench.trends.series import series_id
@@ -68,22 +69,22 @@ Z95 = 1.959964  # the normal's 97.5th percentile: a bootstrap side's half-width 
 MAD_EFFICIENCY = 0.37
 REQUESTS_ONLY = "one night's requests only"  # what an interval without launch noise covers
 # telemetry columns the lever rows compare, with how far apart two cells must be to say so
-ENGINE_COLUMNS = (("prefix_cache_hit_rate", "prefix-cache hits", 0.05, "{:.2f}"),
-                  ("kv_cache_usage_peak", "KV peak", 0.05, "{:.0%}"),
-                  ("requests_waiting_peak", "queued peak", 0.5, "{:.0f}"),
-                  ("preemptions", "preemptions", 0.5, "{:.0f}"))
+ENGINE_COLUMNS = (("prefix_cache_hit_rate", 0.05, "{:.2f}"),
+                  ("kv_cache_usage_peak", 0.05, "{:.0%}"),
+                  ("requests_waiting_peak", 0.5, "{:.0f}"),
+                  ("preemptions", 0.5, "{:.0f}"))
 
 
 def engine_note(cell: dict, base: dict) -> str | None:
     """``KV peak 64% vs 21%; queued peak 3 vs 0``: the scheduler telemetry where the cell
     differs from its baseline's (None: nowhere, or no telemetry)."""
     parts = []
-    for column, label, apart, fmt in ENGINE_COLUMNS:
+    for column, apart, fmt in ENGINE_COLUMNS:
         mine, theirs = cell.get(column), base.get(column)
         if mine is None or theirs is None or math.isnan(mine) or math.isnan(theirs):
             continue
         if abs(mine - theirs) >= apart:
-            parts.append(f"{label} {fmt.format(mine)} vs {fmt.format(theirs)}")
+            parts.append(f"{metric_label(column)} {fmt.format(mine)} vs {fmt.format(theirs)}")
     return "; ".join(parts) or None
 def _pct(mine, theirs) -> float | None:
     """% change of ``mine`` over ``theirs``; None where either is missing (None, NaN) or 0."""
@@ -102,8 +103,8 @@ def memory_change(cell: dict, base: dict) -> dict:
             "kv_cache_pct": _pct(cell.get("kv_cache_tokens"), base.get("kv_cache_tokens"))}
 
 
-LEVERS = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
-          ("output_throughput", "out tok/s"), ("cost_per_1m_output_tokens", "cost/1M tok"))
+# (column, label) of what _stats bootstraps, in its order: the catalogue's lever table
+LEVERS = tuple((m.column, m.label) for m in shown_in("levers"))
 
 
 @dataclass(frozen=True)
@@ -140,15 +141,16 @@ def _percentile(values: np.ndarray, idx: np.ndarray, q: float) -> np.ndarray:
 
 
 def _stats(s: _Sample, idx: np.ndarray) -> np.ndarray:
-    """[TTFT p95, TPOT p50, out tok/s, cost per 1M tokens] for each resample (rows of idx)."""
-    ttft = _percentile(s.ttft_ms, idx, 95)
-    tpot = _percentile(s.tpot_ms, idx, 50)
+    """Each LEVERS statistic (columns, in its order) for each resample (rows of idx)."""
     if s.closed:
         scale = s.e2e_ms.mean() / s.e2e_ms[idx].mean(axis=-1)
         throughput, cost = s.throughput * scale, s.cost / scale
     else:
         throughput = cost = np.full(len(idx), math.nan)
-    return np.stack([ttft, tpot, throughput, cost], axis=-1)
+    by_column = {"ttft_ms_p95": _percentile(s.ttft_ms, idx, 95),
+                 "tpot_ms_p50": _percentile(s.tpot_ms, idx, 50),
+                 "output_throughput": throughput, "cost_per_1m_output_tokens": cost}
+    return np.stack([by_column[column] for column, _ in LEVERS], axis=-1)
 
 
 @dataclass(frozen=True)

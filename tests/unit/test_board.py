@@ -169,7 +169,7 @@ def test_a_gate_failures_page_draws_its_variants_accuracy(store):
     page = _page_of(store, "gate_failure")
     assert "gate failure: t / q4: accuracy 0.80 vs 0.90" in page
     assert page.count("data:image/png;base64,") == 1
-    assert "golden-set accuracy (its nights&#x27; level -&gt; tonight)" in page
+    assert "accuracy (its nights&#x27; level -&gt; tonight)" in page
     assert page.count("report?run_id=") == 2
 
 

@@ -74,7 +74,7 @@ def test_the_engine_telemetry_that_differs_from_the_baseline_is_said_beside_the_
     nocache = {**base, "prefix_cache_hit_rate": 0.0, "kv_cache_usage_peak": 0.64,
                "requests_waiting_peak": 3.0}
     assert engine_note(nocache, base) == \
-        "prefix-cache hits 0.00 vs 0.75; KV peak 64% vs 21%; queued peak 3 vs 0"
+        "prefix-cache hit rate 0.00 vs 0.75; KV-cache peak 64% vs 21%; queued peak 3 vs 0"
     assert engine_note({**base, "kv_cache_usage_peak": 0.22}, base) is None  # within noise
     assert engine_note({"kv_cache_usage_peak": None}, {"kv_cache_usage_peak": 0.2}) is None
     requests = pd.DataFrame(_requests("t/f16/w/c1", 20, 4) + _requests("t/q4/w/c1", 30, 4))

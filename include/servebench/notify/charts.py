@@ -15,8 +15,8 @@ matplotlib.use("Agg")  # before pyplot: workers have no display
 import matplotlib.pyplot as plt
 import pandas as pd
 
+from servebench.metric_catalogue import metric_label
 from servebench.notify.panels import KIND_COLORS
-from servebench.trends.series import metric_label
 
 NIGHTS_SHOWN = 45
 NEUTRAL = "#34495e"

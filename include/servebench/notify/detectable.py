@@ -12,8 +12,8 @@ from typing import Any
 
 import pandas as pd
 
+from servebench.metric_catalogue import ACCURACY, metric_label
 from servebench.notify.digest import fmt_text, is_missing
-from servebench.trends.series import ACCURACY, metric_label
 
 SHOWN = 8  # series named in the digest; past that, a count
 WITHIN = "within 3 nights"

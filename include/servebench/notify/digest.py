@@ -17,6 +17,7 @@ import pandas as pd
 
 from servebench.defaults import BOARD_PATH
 from servebench.loadgen.modes import SEARCHED_MODES, is_searched
+from servebench.metric_catalogue import BY_COLUMN, metric_label, shown_in
 
 MISSING = "-"
 SORT_KEYS = ["target", "variant", "workload", "load_mode", "concurrency", "request_rate"]
@@ -100,16 +101,19 @@ def _col(header: str, key: str, fmt: Callable[[Any], str], right: bool = True) -
     return (header, lambda r: fmt(r.get(key)), right)
 
 
+def _metric_col(column: str) -> Column:
+    """A catalogue metric's column: its label, a share as a percentage, else a number."""
+    metric = BY_COLUMN[column]
+    return _col(metric.label, column, fmt_pct if metric.unit == "share" else fmt_num)
+
+
+# the catalogue's digest metrics: a cell's, its errors, then its variant's
 METRIC_COLUMNS: list[Column] = [
     _col("conc", "concurrency", fmt_int),
     _col("rate/s", "request_rate", fmt_num),  # open-loop cells
-    _col("TTFT p50", "ttft_ms_p50", fmt_num),
-    _col("TTFT p95", "ttft_ms_p95", fmt_num),
-    _col("TPOT p50", "tpot_ms_p50", fmt_num),
-    _col("TPOT p95", "tpot_ms_p95", fmt_num),
-    _col("out tok/s", "output_throughput", fmt_num),
+    *(_metric_col(m.column) for m in shown_in("digest") if m.level != "variant"),
     ("errors", fmt_errors, True),
-    _col("accuracy", "accuracy", fmt_pct),
+    *(_metric_col(m.column) for m in shown_in("digest") if m.level == "variant"),
     _col("gate", "gate_verdict", fmt_verdict, right=False),
     _col("status", "status", fmt_status, right=False),
 ]
@@ -349,8 +353,6 @@ def _alert_parts(r: dict) -> tuple[str | None, str, str, str | None, str]:
     a newly failing cell), where (target / variant / workload / load point), what it says,
     the night it dates from (None: none) and what follows that. ``alert_line`` writes them
     as Markdown, ``alert_html`` as HTML."""
-    from servebench.trends.series import metric_label
-
     where = " / ".join(fmt_text(r.get(k)) for k in ("target", "variant", "workload",
                                                      "load_point") if not is_missing(r.get(k)))
     if r.get("kind") == "newly_failing":
@@ -464,7 +466,7 @@ def lever_caption(rows: list[dict]) -> str:
 MEMORY_LEVER_COLUMNS: list[Column] = [
     ("peak memory", lambda r: MISSING if is_missing(r.get("memory_pct")) else
      f"{r['memory_pct']:+.1f}% {fmt_text(r.get('memory_basis')).upper()}", True),
-    ("KV capacity", lambda r: MISSING if is_missing(r.get("kv_cache_pct")) else
+    (metric_label("kv_cache_tokens"), lambda r: MISSING if is_missing(r.get("kv_cache_pct")) else
      f"{r['kv_cache_pct']:+.1f}%", True),
 ]
 
@@ -481,7 +483,7 @@ def lever_columns(rows: list[dict]) -> list[Column]:
         *(MEMORY_LEVER_COLUMNS if any(not is_missing(r.get("memory_pct"))
                                       or not is_missing(r.get("kv_cache_pct"))
                                       for r in rows) else []),
-        ("accuracy", lambda r: MISSING if is_missing(r.get("accuracy_delta_points"))
+        (metric_label("accuracy"), lambda r: MISSING if is_missing(r.get("accuracy_delta_points"))
          else f"{r['accuracy_delta_points']:+.1f} pts", True),
         ("gate", lambda r: fmt_verdict(r.get("gate_verdict")), False),
     ]
@@ -522,7 +524,7 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
     records = cell_records(cells)
     if not records:
         return "\n".join(out + ["", "_No cells in this run._"]) + "\n"
-    out += ["", "_Latencies in ms; out tok/s over the measured window; "
+    out += ["", f"_Latencies in ms; {metric_label('output_throughput')} over the measured window; "
                 "errors = failed/sent requests; accuracy on the golden set._"]
     targets = list(dict.fromkeys(fmt_text(r.get("target")) for r in records))
     for target in targets:

@@ -17,9 +17,9 @@ from html import escape
 
 import pandas as pd
 
+from servebench.metric_catalogue import metric_label
 from servebench.notify.detectable import WITHIN, goal_words, misses_goal, step_text
 from servebench.trends.nightly import MOVES
-from servebench.trends.series import metric_label
 
 WIDTH, HEIGHT = 330, 170
 LEFT, RIGHT, TOP, BOTTOM = 46, 8, 20, 24

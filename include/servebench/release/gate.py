@@ -5,7 +5,7 @@ The two run in interleaved repetitions (ABBA: baseline, candidate, candidate, ba
 so drift of the host over the run hits both alike. For each cell (workload x load point) and
 each gated metric the repetitions pair up, candidate against baseline of the same
 repetition; the relative change ``w`` is signed so that positive is worse (``direction`` from
-``servebench.trends.series``), and its mean gets a 95% t-interval over the pairs:
+``servebench.metric_catalogue``), and its mean gets a 95% t-interval over the pairs:
 
     fail          the interval is above 0 and the mean is beyond the metric's threshold
                   (a real slow-down, larger than allowed)
@@ -36,12 +36,12 @@ from servebench.config import SLOSpec, SweepSpec, VariantSpec, load_sweep
 from servebench.defaults import DEFAULT_SWEEP, RELEASE_GATE_THRESHOLDS
 from servebench.errors import ReleaseGateFailed
 from servebench.evals.gate import NOT_JUDGED, gate_columns
+from servebench.metric_catalogue import TRENDED, metric_label
 from servebench.notify.digest import fmt_verdict
 from servebench.plan import Plan, plan_spec
 from servebench.provision.interface import Provisioner
 from servebench.quantize.make import make_variant
 from servebench.settings import Settings, get_settings
-from servebench.trends.series import BY_COLUMN, metric_label
 from servebench.workloads import draw_prompt_seed
 
 if TYPE_CHECKING:
@@ -85,10 +85,10 @@ def gate_spec(params: ReleaseGateParams, settings: Settings | None = None) -> Sw
                              f"({names})")
     if baseline == params.candidate:
         raise ValueError("param candidate: the candidate is the baseline")
-    unknown = sorted(set(params.thresholds) - set(BY_COLUMN))
+    unknown = sorted(set(params.thresholds) - set(TRENDED))
     if unknown:
         raise ValueError(f"param thresholds: unknown metric(s) {unknown}; known: "
-                         f"{sorted(BY_COLUMN)}")
+                         f"{sorted(TRENDED)}")
     workloads = [w for w in spec.workloads
                  if params.workloads is None or w.name in params.workloads]
     missing = sorted(set(params.workloads or []) - {w.name for w in workloads})
@@ -138,7 +138,7 @@ def run_repetitions(spec: SweepSpec, params: ReleaseGateParams, run_id: str,
 
 
 CELL_FIELDS = ("workload", "load_point", "variant", "repetition", "status", "reason",
-               *BY_COLUMN)
+               *TRENDED)
 EVAL_FIELDS = ("target", "variant", "golden_set", "item_id", "correct", "error")
 
 
@@ -206,7 +206,7 @@ def decide(spec: SweepSpec, params: ReleaseGateParams, measured: dict) -> dict:
     perf = []
     for (workload, point), variants in sorted(by.items()):
         for metric, threshold in params.thresholds.items():
-            sign = BY_COLUMN[metric].worse_sign
+            sign = TRENDED[metric].worse_sign
             pairs = []
             for rep, cand in variants.get(cand_name, {}).items():
                 base = variants.get(base_name, {}).get(rep)

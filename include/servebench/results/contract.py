@@ -44,6 +44,7 @@ from typing import Any, Iterable, Sequence
 import pyarrow as pa
 
 from servebench.errors import ContractError
+from servebench.metric_catalogue import CATALOGUE
 from servebench.results.schema import (
     CELL_STATUSES,
     GATE_VERDICT_VALUES,
@@ -66,10 +67,10 @@ ID_COLUMNS: dict[str, list[str]] = {
     "evals": ["target", "variant", "golden_set", "item_id"],
 }
 MATRIX_KEY = ("target", "variant", "workload", "load_point")
-# rates, and an slo cell's load bracket (req/s or workers)
-THROUGHPUTS = ("request_throughput", "output_throughput", "total_throughput", "goodput",
-               "max_load_within_slo", "max_load_failed_at")
-FRACTIONS = ("error_rate", "accuracy")
+# the catalogue's bounded metrics: rates and an slo cell's load bracket (req/s or workers),
+# and shares
+THROUGHPUTS = tuple(m.column for m in CATALOGUE if m.bounds == (0.0, None))
+FRACTIONS = tuple(m.column for m in CATALOGUE if m.bounds == (0.0, 1.0))
 CUSTOM = "servebench"
 # frames derived from a table: name -> (table reported, which rows)
 DERIVED = {

@@ -34,14 +34,15 @@ from typing import Any
 import pyarrow as pa
 
 from servebench.errors import SchemaError
+from servebench.metric_catalogue import LATENCIES, LATENCY_STATS
 
 SCHEMA_VERSION = 1
 
 CELL_STATUSES = ("ok", "invalid", "failed")
 # a cell's quality-gate verdict (evals.gate): null before the gate ran
 GATE_VERDICT_VALUES = ("pass", "fail", "inconclusive", "not_judged", "baseline")
-LATENCY_METRICS = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms")
-LATENCY_STATS = ("mean", "p50", "p90", "p95", "p99")
+# a column per latency and statistic (``ttft_ms_p95``), as the metric catalogue lists them
+LATENCY_METRICS = tuple(LATENCIES)
 
 _TS = pa.timestamp("us", tz="UTC")
 _STR = pa.string()

@@ -59,12 +59,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 from otava.analysis import compute_change_points
 
-Direction = Literal["higher_is_worse", "lower_is_worse"]
+from servebench.metric_catalogue import Direction
+
 DIRECTIONS: tuple[str, ...] = ("higher_is_worse", "lower_is_worse")
 
 

@@ -40,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from servebench.config import TrendsSpec
+from servebench.metric_catalogue import metric_label
 from servebench.results.store import ResultStore
 from servebench.trends.annotations import Annotation, reset_night
 from servebench.trends.attribution import (
@@ -56,7 +57,6 @@ from servebench.trends.series import (
     CELL_KEY,
     build_series,
     judge_series,
-    metric_label,
     nightly_runs,
     series_detectability,
     series_id,

@@ -13,69 +13,20 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from servebench.loadgen.modes import SEARCHED_MODES
-from servebench.trends.detect import (
-    Change,
-    DetectorSettings,
-    Direction,
-    detect,
-    infer_binomial_n,
-)
+from servebench.metric_catalogue import ACCURACY, TRENDED, Direction, Metric, trended
+from servebench.trends.detect import Change, DetectorSettings, detect, infer_binomial_n
 from servebench.trends.detectability import Detectability, detectability
 
-
-@dataclass(frozen=True)
-class Metric:
-    column: str
-    direction: Direction
-    label: str
-    # a tail statistic (a p95: the 4th slowest of 64 requests) moves with one stalled second
-    # of the host; its one night is never raised alone (the detector's same-night guard is for
-    # the typical request), only a change that stands for nights
-    tail: bool = False
-    # measured at the cell's own fixed load; an slo cell's latencies are at whatever load its
-    # search found that night, so only its search result is a series
-    fixed_load: bool = True
-
-    @property
-    def worse_sign(self) -> float:
-        """+1 where up is worse (latency, cost), -1 where down is (throughput, accuracy)."""
-        return 1.0 if self.direction == "higher_is_worse" else -1.0
-
-
-# what a nightly series can be made of, and which way is worse
-METRICS: tuple[Metric, ...] = (
-    Metric("ttft_ms_p50", "higher_is_worse", "TTFT p50"),
-    Metric("ttft_ms_p95", "higher_is_worse", "TTFT p95", tail=True),
-    Metric("tpot_ms_p50", "higher_is_worse", "TPOT p50"),
-    Metric("tpot_ms_p95", "higher_is_worse", "TPOT p95", tail=True),
-    Metric("itl_ms_p95", "higher_is_worse", "ITL p95", tail=True),
-    Metric("e2e_ms_p95", "higher_is_worse", "E2E p95", tail=True),
-    Metric("output_throughput", "lower_is_worse", "output tok/s"),
-    Metric("goodput", "lower_is_worse", "goodput"),
-    Metric("cost_per_1m_output_tokens", "higher_is_worse", "cost per 1M tokens"),
-    Metric("prefix_cache_hit_rate", "lower_is_worse", "prefix-cache hit rate"),
-    # the engine's scheduler (telemetry): a variant that needs more KV cache or preempts for
-    # the same load has changed how it serves; peaks are sampled, so tails
-    Metric("kv_cache_usage_peak", "higher_is_worse", "KV-cache peak", tail=True),
-    Metric("preemptions", "higher_is_worse", "preemptions", tail=True),
-    # capacity (an slo cell): "the stack now takes 12% less load within SLO"
-    Metric("max_load_within_slo", "lower_is_worse", "load within SLO", fixed_load=False),
-)
-ACCURACY = Metric("accuracy", "lower_is_worse", "golden-set accuracy")
-# a unit's memory (bench.memory), the same in each of its cells: a variant's series
-UNIT_METRICS: tuple[Metric, ...] = (
-    Metric("peak_rss_bytes", "higher_is_worse", "peak memory"),
-    Metric("peak_device_memory_bytes", "higher_is_worse", "peak GPU memory"),
-    Metric("weights_bytes", "higher_is_worse", "weights"),
-    Metric("kv_cache_tokens", "lower_is_worse", "KV-cache capacity"),
-)
-BY_COLUMN = {m.column: m for m in (*METRICS, ACCURACY, *UNIT_METRICS)}
+# what a nightly series can be made of (servebench.metric_catalogue): a cell's, a variant's
+# accuracy, and a unit's memory
+METRICS: tuple[Metric, ...] = trended("cell")
+UNIT_METRICS: tuple[Metric, ...] = trended("unit")
+BY_COLUMN = TRENDED  # a series' metric by column
 
 CELL_KEY = ("target", "stack", "variant", "model_file_sha256", "workload", "load_point",
             "hardware")
@@ -124,12 +75,6 @@ def binomial_count(values, metric: str, binomial_n: int | None) -> int | None:
     if binomial_n is None and (metric == ACCURACY.column or metric not in BY_COLUMN):
         return infer_binomial_n(values)
     return binomial_n
-
-
-def metric_label(metric: str) -> str:
-    """``TTFT p95`` for ``ttft_ms_p95``; the column name for anything else."""
-    found = BY_COLUMN.get(metric)
-    return found.label if found else metric
 
 
 SERIES_COLUMNS = ["series_id", "metric", "direction", "night", "date", "value", "binomial_n",

@@ -30,6 +30,8 @@ from html import escape
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
+from servebench.metric_catalogue import ACCURACY, VIEWS, metric_label
+
 if TYPE_CHECKING:  # the plugin imports this module in every Airflow process: keep it light
     import pandas as pd
 
@@ -40,7 +42,7 @@ log = logging.getLogger(__name__)
 
 RUNS_SHOWN = 15
 ALERT_NIGHTS = 7  # alerts raised by the runs of the last week
-TREND_METRICS = ("output_throughput", "ttft_ms_p95")
+TREND_METRICS = VIEWS["board"]  # the trend panels unless a metric is picked
 GATE_FAILURES = ("gate_failure", "Quality gate failures")
 RELEASE_GATE_DAYS = 30  # release-gate verdicts of the last month
 OUTCOMES = {"ship": ("may ship", "improvement"), "blocked": ("blocked", "regression"),
@@ -195,7 +197,6 @@ class TrendView:
 def _trend_form(view: TrendView, series: pd.DataFrame) -> str:
     """A GET form narrowing the trends: one select per dimension, from what the series hold."""
     from servebench.notify.charts import NIGHTS_SHOWN
-    from servebench.trends.series import metric_label
 
     def select(name: str, options: list[str], labels: dict | None = None) -> str:
         chosen = getattr(view, name)
@@ -231,8 +232,8 @@ def _finding_link(row: dict) -> str:
 
 
 # what the page of a newly failing cell draws: the first of its series it has (its typical
-# request); a gate failure's page draws its variant's golden-set accuracy
-FAILING_CHARTS = ("ttft_ms_p50", "tpot_ms_p50", "output_throughput", "max_load_within_slo")
+# request); a gate failure's page draws its variant's accuracy
+FAILING_CHARTS = VIEWS["finding"]
 
 
 def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | None:
@@ -318,7 +319,7 @@ def _charted(series: pd.DataFrame, alert: dict) -> tuple[pd.DataFrame, dict]:
     mine = ((series["target"] == alert.get("target")) & (series["stack"] == alert.get("stack"))
             & (series["variant"] == alert.get("variant")))
     if kind == "gate_failure":
-        metrics = ("accuracy",)
+        metrics = (ACCURACY.column,)
     else:
         mine &= ((series["workload"] == alert.get("workload"))
                  & (series["load_point"] == alert.get("load_point")))
@@ -337,7 +338,6 @@ def _finding_facts(alert: dict, drawn: dict, cells_of: list[dict]
     ``cells_of``: the alert's cell the night before the change night and on it."""
     from servebench.notify.digest import alert_html, fmt_text
     from servebench.trends.nightly import MOVES
-    from servebench.trends.series import metric_label
 
     kind = alert["kind"]
     label = metric_label(drawn["metric"]) if drawn.get("metric") else ""
@@ -464,7 +464,6 @@ def _release_gates(store: ResultStore) -> list[str]:
 
     from servebench.release.decision import decision_text
     from servebench.notify.digest import fmt_text, fmt_verdict
-    from servebench.trends.series import metric_label
 
     since = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=RELEASE_GATE_DAYS)
     rows = store.read_log("gate_verdicts", since=since).to_pandas()

@@ -8,10 +8,10 @@ import math
 
 import pandas as pd
 
-COMPARED = (("ttft_ms_p95", "TTFT p95"), ("tpot_ms_p50", "TPOT p50"),
-            ("e2e_ms_p95", "E2E p95"), ("output_throughput", "out tok/s"),
-            # an slo cell's answer: its latencies were measured at whatever load it kept
-            ("max_load_within_slo", "load within SLO"))
+from servebench.metric_catalogue import shown_in
+
+# (column, label): the catalogue's compare view
+COMPARED = tuple((m.column, m.label) for m in shown_in("compare"))
 CELL_KEY = ["target", "variant", "workload", "load_point"]
 
 

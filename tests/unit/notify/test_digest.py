@@ -74,7 +74,7 @@ def test_summary_table_fixed_width():
     lines = text.splitlines()
     assert lines[0].split() == ["stack", "variant", "workload", "load", "conc", "rate/s",
                                 "TTFT", "p50", "TTFT", "p95", "TPOT", "p50", "TPOT", "p95",
-                                "out", "tok/s", "errors", "accuracy", "gate", "status"]
+                                "output", "tok/s", "errors", "accuracy", "gate", "status"]
     assert len(lines) == 2 + 4
     # columns line up: every "conc" value ends where the header does
     end = lines[0].index("conc") + len("conc")
