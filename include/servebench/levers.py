@@ -1,48 +1,10 @@
 """What each optimization bought, and what it cost in quality: every variant against its
-target's baseline variant on the same night, cell by cell (same workload and load point).
-
-For TTFT p95, TPOT p50, output tokens/s and cost per 1M output tokens: the % change of the
-variant's cell against the baseline's, with a 95% interval for the change between the two
-variants as many server launches on this host would show it (each cell at its typical
-launch), not only between tonight's two launches. Two things move a cell's figure from one
-night to the next, and the interval holds both:
-
-- **the requests**: both cells' measured requests resampled with replacement (``N_BOOT``
-  times, seeded) and the statistic recomputed with the canonical per-request definitions of
-  ``servebench.metrics``; its 2.5th and 97.5th percentiles are the interval over one night's
-  requests;
-- **the launch**: how far each cell's figure moves from one server launch to the next, which
-  no count of requests averages out. It is read from the cell's own series as tonight's detect
-  task judged it (its ``detectability`` row: the robust per-night noise of the nights since
-  the series' start or its last change, up to the detector's ``lookback``), less the part the
-  night's requests explain (``trends.sizing.launch_noise``: night^2 = sampling^2 + launch^2,
-  sampling the bootstrap's spread of the cell's log figure).
-
-The two launches are independent, so in log space the change's variance is the bootstrap's
-plus launch_variant^2 + launch_baseline^2; each side of the bootstrap's interval (its
-asymmetry kept) widens to ``t * sqrt((half / 1.96)^2 + launch^2)``, with ``t`` the Student
-quantile at the Welch-Satterthwaite degrees of freedom of that sum -- a robust noise from n
-nights is known about as well as a plain one from ``MAD_EFFICIENCY`` * n, so a short series
-widens it more. A pair where either cell's series has too few nights for the detector to
-judge (``min_baseline`` since its start, ``restart_baseline`` since a change raised; a
-variant new tonight) keeps the interval over ``REQUESTS_ONLY``, and the table marks it: too
-narrow by the launch noise no one has measured yet. A host effect shared by both cells of a
-night makes the interval conservative. On null pairs with an 8% launch effect
-(``benchmarks/lever_coverage.py``, docs/trends.md) the intervals hold 0% 95-97% of the time
-from 10 nights on; the requests-only ones 41-64%.
-
-Throughput is not a per-request quantity: in a closed-loop cell each worker's rate is its
-tokens over its mean request time (Little's law), so a resample's throughput is the cell's
-scaled by mean E2E over the resample's mean E2E, and cost per token moves inversely. An
-open-loop cell's throughput is set by its arrival rate, so it gets no interval there rather
-than a false one. Beside them, the accuracy
-delta (points), the quality-gate verdict, and what the engine's scheduler did differently
-(``engine_note``: KV-cache and queue peaks, preemptions, prefix-cache hit rate, each only where
-it differs from the baseline's -- what explains a latency change the levers show). And what it
-holds (``memory_change``): the % change of its unit's peak memory (the GPU's where both units
-report one, else the process tree's resident memory) and of its KV cache's capacity in tokens,
-each one measurement a unit, so without an interval: a quantized variant's case reads "38%
-less memory, 100% more KV capacity, this TPOT, this accuracy".
+target's baseline variant on the same night, cell by cell (same workload and load point),
+for the catalogue's lever metrics, with a 95% interval over both cells' requests (a seeded
+bootstrap over the canonical per-request definitions of ``servebench.metrics``) widened by
+each cell's launch-to-launch noise from its series; beside them the accuracy delta, the gate
+verdict, the engine's telemetry and the unit's memory against the baseline's. How and why:
+docs/trends.md#the-lever-tables-intervals.
 """
 
 from __future__ import annotations

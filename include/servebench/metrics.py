@@ -1,84 +1,9 @@
-"""THE canonical metric definitions of servebench — one set, derived from raw request records.
-
-Inputs: the measured :class:`~servebench.records.RequestRecord` s of one cell (records
-flagged ``warmup=True`` are ignored) and the measured window ``(start, end)`` in epoch seconds
-(default: first ``sent_at`` to last ``done_at`` of the given records).
-
-Per request (successful requests only, ``record.ok``):
-
-* **TTFT** = ``first_chunk_at - sent_at``: request sent -> first chunk carrying generated text.
-  Undefined for a request that produced no text.
-* **TPOT** = ``(E2E - TTFT) / (output_tokens - 1)``, only when ``output_tokens > 1``. Excludes the
-  first token. ``output_tokens`` is the server's ``usage.completion_tokens``; if the server did not
-  report usage, the client's chunk token count is used and the cell is flagged.
-* **ITL** = gaps between consecutive content chunks of a request (``diff(chunk_times)``), pooled
-  over all requests. Per chunk, not per token: a chunk carrying k tokens (speculative decoding,
-  stream intervals) is one gap; chunk token counts are kept in the records.
-* **E2E** = ``done_at - sent_at``.
-
-Each is reported as mean, p50, p90, p95, p99 in **milliseconds** (``numpy.percentile``, linear
-interpolation); never a mean alone. No samples -> NaN.
-
-Over the measured window (``duration_s = end - start``), successful requests only:
-
-* **request_throughput** = n_ok / duration_s (requests/s);
-* **output_throughput** = sum(output_tokens) / duration_s (tokens/s);
-* **total_throughput** = sum(prompt_tokens + output_tokens) / duration_s (tokens/s); prompt tokens
-  from server usage, else the requested prompt length; NaN if neither is known for some request;
-* **goodput** = (successful requests meeting every SLO) / duration_s (requests/s) — the DistServe
-  definition. SLOs are ``ttft_ms``, ``tpot_ms``, ``e2e_ms`` (``<=``); an SLO left ``None`` is not
-  checked; a request without TTFT fails a TTFT SLO; a request with undefined TPOT
-  (output_tokens <= 1) meets a TPOT SLO. With no SLO set, goodput equals request_throughput.
-
-Errors: ``n_errors = n_requests - n_ok``; ``error_rate = n_errors / n_requests``.
-
-Validity (``invalid_reasons``; an empty list means the cell is valid and comparable):
-
-* no measured requests; all requests failed (with the most common error);
-* ``max_error_rate``: more of the measured requests failed than the sweep allows (default
-  none: the latencies of the requests that got through do not describe a server that was
-  failing the others);
-* successful requests that returned no generated text;
-* server usage missing (token counts then come from the client and cannot be verified);
-* ``exact_output_length``: server ``output_tokens != output_tokens_requested`` (the sampling spec
-  asked for exact length via ``ignore_eos``/``min_tokens`` and it did not take effect);
-* server ``output_tokens`` vs client chunk token count differ by more than
-  ``max(chunk_abs_tolerance, chunk_rel_tolerance * output_tokens)``;
-* server ``prompt_tokens`` vs ``prompt_tokens_requested`` (when known) differ by more than
-  ``max(prompt_abs_tolerance, prompt_rel_tolerance * requested)`` (chat templates add tokens);
-* served model differs from ``expected_model`` (when given).
-
-Validity of the measurement itself (``client_lag_reasons``, ``timing_unresolved_reason``; the
-runner adds them to a cell's reasons):
-
-* ``client_saturated``: the client, not the server, set the pace -- send lag p99 (requests went
-  out late; a lag some request reached, so over fewer than 100 requests the second latest: one
-  request a stalled host sent late is no client falling behind) or event-loop lag p95 (the
-  loop was blocked for a sustained share of the window; p95, because one GC pause is not
-  saturation and shows in the latencies as what it is) above ``CLIENT_LAG_BOUND_MS``. The cells table stores exactly these two statistics;
-* ``timing_unresolved``: more than half of the successful multi-chunk responses arrived in a
-  single read, so TPOT/ITL were inferred (0), not observed.
-
-Validity of the prompts (``prefix_cache_reuse_reason``): a cell measures the cache its workload
-implies, not one an earlier cell warmed.
-
-* **expected prefix-cache share** (``expected_prefix_cache_share``) = (sum over the cell's
-  requests of the tokens the workload shares with an earlier request of the cell -- a
-  shared-prefix group's prefix after its first request, a conversation's history, nothing for
-  independent prompts -- plus the chat template's tokens, ``prompt_tokens`` minus the content
-  built) / sum of ``prompt_tokens``; over every request the cell sent, warm-up included, as the
-  server's counters count them;
-* ``prefix_cache_reuse``: the measured hit rate (``telemetry.cell_prefix_cache_hit_rate``) is
-  above the expected share by more than ``PREFIX_CACHE_TOLERANCE`` -- the server answered
-  prompts from a cache that something other than the workload filled. A stack that reports no
-  hit rate is not judged (the cell's ``engine_notes`` say so).
-
-Load within SLO (``slo_misses``; ``capacity.py`` searches for the highest load that holds): a
-cell *holds* its SLOs when its TTFT p95, TPOT p95 and E2E p95 are each ``<=`` the SLO given
-for it and its ``error_rate`` is ``<=`` the sweep's ``max_error_rate``. p95, not the
-per-request goodput test: the question is the load at which nearly every request is served
-in time. **max_load_within_slo** = the highest probed load (req/s open loop, or workers closed
-loop) whose cell held; ``max_load_failed_at`` = the lowest probed load above it that did not.
+"""The canonical metric computations of servebench -- one set, from a cell's raw request
+records (warm-up excluded): per-request TTFT, TPOT, ITL and E2E and their statistics in ms,
+throughput and goodput over the measured window, errors, and why a cell is not valid
+(its requests, its client's lag, its prompts' cache reuse, its SLOs for a load search). What
+each metric means: docs/load-and-metrics.md#metric-definitions and #when-a-cell-is-ok; what
+each stored metric is (label, direction, views): ``servebench.metric_catalogue``.
 """
 
 from __future__ import annotations
