@@ -2,7 +2,7 @@
 
 plan -> quantize (each recipe's checkpoint, cached) -> provision (setup) -> bench each host's
 (target, variant) units -> teardown (always)
--> publish Parquet -> detect regressions against the nights before -> digest. Hosts run side
+-> publish Parquet -> detect (changes against the nights before) -> digest. Hosts run side
 by side, each its units one at a time; a paid instance is launched when its host's first unit
 is due and terminated when its last ends. The logic lives
 in ``servebench.pipeline``; this file wires it.
@@ -110,9 +110,9 @@ def nightly_benchmark():
 
     @task
     def detect(summary: dict) -> dict:
-        from servebench.pipeline import detect_regressions
+        from servebench import pipeline
 
-        return detect_regressions(summary)
+        return pipeline.detect(summary)
 
     @task
     def digest(summary: dict) -> str:

@@ -79,7 +79,7 @@ def _summary(run_id: str | None, require_ok: bool) -> int:
             print("  " + line)
     print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
     print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals, units, "
-          "hosts, regressions)")
+          "hosts, changes)")
     digests = [f for f in store.find(f"digests/date={run['run_date']}") if f.endswith(".md")]
     if digests:
         print("digest: " + ", ".join(digests))
@@ -409,8 +409,8 @@ def trends_redetect(sweep: str = typer.Argument(..., help="the sweep's name (its
                     dag: str = typer.Option(NIGHTLY_DAG_ID, "--dag", help="DAG id"),
                     since: str = typer.Option(None, "--since",
                                               help="first night to judge again (YYYY-MM-DD)")):
-    """Judge a sweep's committed nights again, oldest first, as the nightly detect task does
-    (after an annotation written late, or a new detector); each night's regressions replaced."""
+    """Detect a sweep's committed nights again, oldest first, as the nightly detect task does
+    (after an annotation written late, or a new detector); each night's changes replaced."""
     import datetime as dt
 
     from servebench.trends.judge import redetect

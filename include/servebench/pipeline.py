@@ -32,7 +32,7 @@ from servebench.publish import (
 )
 from servebench.quantize.make import make_variant
 from servebench.settings import Settings, get_settings
-from servebench.trends.judge import judge_night
+from servebench.trends.judge import detect_night
 from servebench.trends.sizing import sizable, size_from_store
 
 log = logging.getLogger(__name__)
@@ -171,10 +171,10 @@ def aggregate_and_publish(plan: Plan | dict, run_id: str, logical_date: dt.datet
                        nightly=nightly)
 
 
-def detect_regressions(summary: dict, settings: Settings | None = None) -> dict:
-    """The detect task: the published night judged against the nights before it
-    (``trends.judge``); the summary with its alert counts."""
-    return judge_night(summary, settings or get_settings())
+def detect(summary: dict, settings: Settings | None = None) -> dict:
+    """The detect task: the published night judged against the nights before it, its
+    ``changes`` attached (``trends.judge.detect_night``); the summary with its alert counts."""
+    return detect_night(summary, settings or get_settings())
 
 
 def write_report(run_id: str, settings: Settings | None = None) -> str:
@@ -229,5 +229,5 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
         torn_down = teardown_run(provisioned, run_id, plan)
     summary = aggregate_and_publish(plan, run_id, now, CLI_DAG_ID, started_at=now,
                                     torn_down=torn_down)
-    summary = detect_regressions(summary)
+    summary = detect(summary)
     return {**summary, "stopped": torn_down["stopped"], "digest": send_digest(summary)}

@@ -74,7 +74,7 @@ def nights(tmp_path_factory, local_sweep):
 
 def test_the_slowdown_is_found_with_its_cause_and_nothing_else(nights):
     store = nights
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     # a cell whose client the host stalled (send lag p99 ~70 ms: a few nights in a hundred on
     # this shared VM) is refused and listed as newly failing with that reason: a measurement
     # that failed, said as one, never a change of the stack
@@ -112,7 +112,7 @@ def test_the_slowdown_is_found_with_its_cause_and_nothing_else(nights):
 
 def test_the_digest_of_that_morning_names_it_with_its_charts(nights):
     store = nights
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     day = alerts[alerts["kind"] == "regression"]["run_date"].min()
     [digest] = [Path(f) for f in store.find(f"digests/date={day}") if f.endswith(".md")]
     text = digest.read_text()

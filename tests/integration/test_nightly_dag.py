@@ -190,7 +190,7 @@ def test_servers_stopped_and_digest_written(published):
 
 def test_detect_attached_the_nights_alerts(published):
     _, store, _ = published
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     assert alerts[["kind", "variant"]].values.tolist() == [["gate_failure", "q2_k"]]
 
 

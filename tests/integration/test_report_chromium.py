@@ -16,7 +16,7 @@ def test_the_report_opens_in_chromium_with_its_charts(synthetic_history, tmp_pat
                                                       monkeypatch):
     store, summaries, _ = synthetic_history
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     run_id = alerts[alerts["kind"] == "regression"].iloc[0]["run_id"]
     summary = next(s for s in summaries if s["run_id"] == run_id)
     send_digest(summary)

@@ -118,7 +118,7 @@ def test_a_finding_links_to_its_chart_and_the_provenance_around_it(store):
 
     from servebench.view.board import render_finding
 
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     regression = alerts[alerts["kind"] == "regression"].iloc[0]
     client, access = _client(store)
     client.app.dependency_overrides[access] = lambda: None
@@ -146,7 +146,7 @@ def test_the_boards_raised_lines_link_to_their_pages(store):
 def _page_of(store, kind):
     from servebench.view.board import render_finding
 
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     row = alerts[alerts["kind"] == kind].iloc[0]
     return render_finding(store, row["run_id"], row["series_id"])
 
@@ -248,7 +248,7 @@ def test_a_raised_lines_values_are_escaped_not_read_as_markup(tmp_path):
             reason="exit `1` **now** <killed>")])})
     common = dict(run_id=run_id, run_date=day, target="t<x>&", variant="v", workload="w",
                   load_point="c1")
-    store.attach(run_id, day, {"regressions": rows_to_table("regressions", [
+    store.attach(run_id, day, {"changes": rows_to_table("changes", [
         {**common, "series_id": "t<x>&/v/w/c1/ttft_ms_p95", "metric": "ttft_ms_p95",
          "kind": "regression", "before": 10.0, "after": 11.43, "change_pct": 14.3,
          "change_date": day, "nights_since": 1},
@@ -303,7 +303,7 @@ def test_a_findings_page_says_what_its_series_caught_before_the_change(store):
 
     from servebench.view.board import render_finding
 
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     regression = alerts[alerts["kind"] == "regression"].iloc[0]
     page = render_finding(store, regression["run_id"], regression["series_id"])
     row = page.split("<td>within 3 nights (the night before, the night raised)</td>")[1]

@@ -76,7 +76,7 @@ def test_trends_redetect_judges_the_stored_nights_again(history, tmp_path, monke
     columns = ["run_id", "series_id", "kind", "change_run_id", "cause"]
 
     def alerts():
-        frame = ResultStore(str(copy)).read_table("regressions").to_pandas()
+        frame = ResultStore(str(copy)).read_table("changes").to_pandas()
         return frame[columns].sort_values(columns).reset_index(drop=True)
 
     stored = alerts()

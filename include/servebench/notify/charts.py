@@ -32,7 +32,7 @@ def _png(fig) -> bytes:
 def trend_chart(series: pd.DataFrame, alert: dict, noise: float | None = None,
                 nights: int = NIGHTS_SHOWN) -> bytes:
     """The last ``nights`` nights of one series (columns ``date``, ``value``), the change
-    night of ``alert`` (a regressions row) marked, its before and after levels drawn; with
+    night of ``alert`` (a ``changes`` row) marked, its before and after levels drawn; with
     ``noise`` (the series' sigma before the change), the before level's band of two sigmas
     shaded: where the nights would lie had nothing changed."""
     data = series.sort_values("date").tail(nights)

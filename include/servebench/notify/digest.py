@@ -391,8 +391,8 @@ def _level(v: Any) -> str:
     return fmt_num(v)
 
 
-def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = None,
-                     airflow_url: str | None = None, dag_id: str | None = None) -> list[str]:
+def change_lines(changes: pd.DataFrame, charts: dict[str, str] | None = None,
+                 airflow_url: str | None = None, dag_id: str | None = None) -> list[str]:
     """Markdown for the night's alerts, regressions first, grouped into findings (alerts with
     one change night, kind and cause) with the cause said once, each linking its chart and,
     when the Airflow URL is known, the run of its change night and its page in the
@@ -406,12 +406,12 @@ def regression_lines(regressions: pd.DataFrame, charts: dict[str, str] | None = 
                 + (f" ([what changed]({page}))" if page else ""))
 
     titled = [kind for kind, _ in KIND_TITLES]
-    if regressions is None or not regressions["kind"].isin(titled).any():
+    if changes is None or not changes["kind"].isin(titled).any():
         return ["", "## Since the nights before", "",
                 "No regressions, improvements, newly failing cells or host changes."]
     out: list[str] = []
     for kind, title in KIND_TITLES:
-        rows = regressions[regressions["kind"] == kind]
+        rows = changes[changes["kind"] == kind]
         if rows.empty:
             continue
         out += ["", f"## {title} ({len(rows)})", ""]
@@ -496,7 +496,7 @@ MISSING_SHOWN = 14  # missing nights named in the digest; past that, a count
 
 
 def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
-                  regressions: pd.DataFrame | None = None,
+                  changes: pd.DataFrame | None = None,
                   charts: dict[str, str] | None = None,
                   levers: list[dict] | None = None, airflow_url: str | None = None,
                   reaped: list[dict] | None = None, missing: list | None = None,
@@ -518,8 +518,8 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         out.insert(2, f"**Missing nights: {shown}{more} (UTC)** -- scheduled, with no "
                       "committed run: they broke before their digest, or never ran.")
         out.insert(3, "")
-    if regressions is not None:
-        out += regression_lines(regressions, charts, airflow_url, run.get("dag_id"))
+    if changes is not None:
+        out += change_lines(changes, charts, airflow_url, run.get("dag_id"))
     out += blind or []
     records = cell_records(cells)
     if not records:

@@ -95,7 +95,7 @@ def _lever_table(rows: list[dict]) -> str:
 
 
 def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
-                  regressions: pd.DataFrame | None, pngs: dict[str, bytes],
+                  changes: pd.DataFrame | None, pngs: dict[str, bytes],
                   levers: list[dict] | None = None, airflow_url: str | None = None,
                   detectability: pd.DataFrame | None = None) -> str:
     """The report's HTML. ``pngs`` maps a series_id or ``target:<name>`` to a chart; with
@@ -118,7 +118,7 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
             f"<dt>results</dt><dd><code>{escape(results_uri)}</code></dd></dl>"]
 
     out.append("<h2>Since the nights before</h2>")
-    alerts = regressions if regressions is not None else pd.DataFrame(columns=["kind"])
+    alerts = changes if changes is not None else pd.DataFrame(columns=["kind"])
     shown = False
     for kind, title in KIND_TITLES:
         rows = alerts[alerts["kind"] == kind].to_dict("records")

@@ -24,7 +24,7 @@ from servebench.trends.series import missing_nights
 log = logging.getLogger(__name__)
 
 
-def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressions):
+def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, changes):
     """PNG charts beside the digest: one per regression or improvement, one latency-vs-
     throughput per target. Returns ({series_id or "target:<name>": path relative to the
     digest's folder}, [(title, filename, png)] for Slack's thread, {key: png} for the HTML
@@ -41,7 +41,7 @@ def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, regressi
         files.append((title, name, png))
         pngs[key] = png
 
-    moved = regressions[regressions["kind"].isin(MOVES)]
+    moved = changes[changes["kind"].isin(MOVES)]
     if not moved.empty:
         _, _, series = load_history(store, run_id)
         for i, alert in enumerate(moved.to_dict("records")):
@@ -64,7 +64,7 @@ class Night:
     run_date: str
     cells: pd.DataFrame
     run: dict
-    regressions: pd.DataFrame
+    changes: pd.DataFrame  # the run's alerts, both ways (the ``changes`` table)
     charts: dict[str, str]
     files: list
     pngs: dict[str, bytes]
@@ -79,14 +79,14 @@ class Night:
             raise ValueError(f"run {run_id!r} is not committed in {store.uri}")
         run, run_date = runs[0], str(runs[0]["run_date"])
         cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
-        regressions = store.read_table("regressions", run_ids=[run_id]).to_pandas()
-        charts, files, pngs = _draw_charts(store, run_id, run_date, cells, regressions)
+        changes = store.read_table("changes", run_ids=[run_id]).to_pandas()
+        charts, files, pngs = _draw_charts(store, run_id, run_date, cells, changes)
         requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
         missing = (missing_nights(store.read_table("runs").to_pandas(), run, NIGHTLY_SCHEDULE)
                    if run.get("dag_id") == NIGHTLY_DAG_ID else [])  # only it has a schedule
         # what each series can catch, and its noise: the lever intervals' launch noise
         detectability = store.read_table("detectability", run_ids=[run_id]).to_pandas()
-        return cls(run_id, run_date, cells, run, regressions, charts, files, pngs,
+        return cls(run_id, run_date, cells, run, changes, charts, files, pngs,
                    lever_rows(cells, requests, detectability), missing, detectability)
 
     def put_report(self, store: ResultStore, airflow_url: str | None = None) -> str:
@@ -94,7 +94,7 @@ class Night:
         Benchmarks view where ``airflow_url`` is known); where."""
         return store.put_text(
             report_path(self.run_date, self.run_id),
-            render_report(self.cells, self.run, store.uri, self.regressions, self.pngs,
+            render_report(self.cells, self.run, store.uri, self.changes, self.pngs,
                           self.levers, airflow_url=airflow_url,
                           detectability=self.detectability))
 
@@ -102,7 +102,7 @@ class Night:
              airflow_url: str | None = None) -> str:
         """The digest (Markdown, with its charts) and the report kept beside the results,
         the digest announced; where it went (a failed announcement said, not raised)."""
-        markdown = render_digest(self.cells, self.run, store.uri, self.regressions,
+        markdown = render_digest(self.cells, self.run, store.uri, self.changes,
                                  self.charts, self.levers, airflow_url=airflow_url,
                                  reaped=recently_reaped(store), missing=self.missing,
                                  blind=blind_lines(self.detectability))

@@ -93,12 +93,14 @@ def committed_dataset(store: ResultStore, table: str) -> ds.Dataset:
     """A pyarrow dataset over the committed partitions of ``table`` (schema + ``date``)."""
     schema = schema_for(table).append(pa.field("date", pa.date32()))
     committed = store.committed_run_ids()
-    base = store._path(table)  # noqa: SLF001 (same package)
-    if not committed or not store._exists(base):  # noqa: SLF001
+    dirs = store.table_dirs(table) if committed else []
+    if not dirs:
         return ds.dataset(schema.empty_table())
-    discovered = ds.dataset(base, filesystem=store._fs, format="parquet",  # noqa: SLF001
-                            partitioning=PARTITIONING, schema=schema)
-    fragments = list(discovered.get_fragments(filter=ds.field("run_id").isin(committed)))
+    fragments = [fragment for path in dirs
+                 for fragment in ds.dataset(path, filesystem=store._fs,  # noqa: SLF001
+                                            format="parquet", partitioning=PARTITIONING,
+                                            schema=schema)
+                 .get_fragments(filter=ds.field("run_id").isin(committed))]
     return ds.FileSystemDataset(fragments, schema=schema, format=ds.ParquetFileFormat(),
                                 filesystem=store._fs)  # noqa: SLF001
 

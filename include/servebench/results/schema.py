@@ -5,12 +5,13 @@ Tables
   cells     one row per target x variant x workload x load point, failed/invalid cells included
   requests  one row per request sent (raw timestamps, so any metric can be recomputed later)
   evals     one row per golden-set item per target/variant
-  regressions  one row per alert the night raised (servebench.trends): regressions and
+  changes   one row per alert the night raised (servebench.trends): regressions and
             improvements found in the history, cells newly failing, quality-gate failures;
-            written by the DAG's detect task after the run is published
+            written by the DAG's detect task after the run is published (a store written
+            before this name keeps them as ``regressions``, read as ``changes``: FORMER_NAMES)
   detectability  one row per series the night judged: its noise and the smallest worse
             step it catches within three nights (servebench.trends.detectability); written
-            with regressions
+            with changes
   units     one row per (target, variant) run: where, and its wall time per phase
   hosts     one row per instance the run paid for: launch to terminate, price, cost
   reaped    one row per instance the instance_janitor DAG terminated (run_id: the run that
@@ -257,10 +258,9 @@ EVALS = pa.schema(
     ]
 )
 
-REGRESSION_KINDS = ("regression", "improvement", "newly_failing", "gate_failure",
-                    "host_change")
+CHANGE_KINDS = ("regression", "improvement", "newly_failing", "gate_failure", "host_change")
 
-REGRESSIONS = pa.schema(
+CHANGES = pa.schema(
     _base()
     + [
         _f("series_id", _STR),  # target/variant/workload/load_point/metric#<stack,model,hardware>
@@ -270,7 +270,7 @@ REGRESSIONS = pa.schema(
         _f("workload", _STR),  # null for variant-level alerts (accuracy, gate)
         _f("load_point", _STR),
         _f("metric", _STR),
-        _f("kind", _STR),  # one of REGRESSION_KINDS
+        _f("kind", _STR),  # one of CHANGE_KINDS
         _f("before", _F64),  # the level before the change (median)
         _f("after", _F64),  # the mean since the change
         _f("change_pct", _F64),
@@ -408,8 +408,7 @@ REQUIRED: dict[str, tuple[str, ...]] = {
               "workload", "status"),
     "requests": ("schema_version", "run_id", "run_date", "cell_id", "request_id", "warmup"),
     "evals": ("schema_version", "run_id", "run_date", "target", "variant", "golden_set", "item_id"),
-    "regressions": ("schema_version", "run_id", "run_date", "series_id", "target", "metric",
-                    "kind"),
+    "changes": ("schema_version", "run_id", "run_date", "series_id", "target", "metric", "kind"),
     "detectability": ("schema_version", "run_id", "run_date", "series_id", "metric"),
     "reaped": ("schema_version", "run_date", "reaped_at", "instance_id", "reason"),
     "units": ("schema_version", "run_id", "run_date", "unit_id", "target", "variant"),
@@ -429,13 +428,15 @@ def _finish(name: str, schema: pa.Schema) -> pa.Schema:
 TABLES: dict[str, pa.Schema] = {
     name: _finish(name, s)
     for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS,
-                    "regressions": REGRESSIONS, "detectability": DETECTABILITY,
+                    "changes": CHANGES, "detectability": DETECTABILITY,
                     "reaped": REAPED, "units": UNITS,
                     "hosts": HOSTS, "gate_verdicts": GATE_VERDICTS}.items()
 }
-RUNS, CELLS, REQUESTS, EVALS, REGRESSIONS, REAPED, UNITS, HOSTS = (
-    TABLES[n] for n in ("runs", "cells", "requests", "evals", "regressions", "reaped", "units",
+RUNS, CELLS, REQUESTS, EVALS, CHANGES, REAPED, UNITS, HOSTS = (
+    TABLES[n] for n in ("runs", "cells", "requests", "evals", "changes", "reaped", "units",
                         "hosts"))
+# a table's names in stores written before it was renamed: read with it, never written
+FORMER_NAMES: dict[str, tuple[str, ...]] = {"changes": ("regressions",)}
 # what the publish of a run writes (and its contract checks); the rest is derived afterwards
 PUBLISHED_TABLES = ("runs", "cells", "requests", "evals")
 

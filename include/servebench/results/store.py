@@ -7,6 +7,8 @@ Layout under the store root (a local folder or ``s3://bucket/prefix``)::
     _manifests/{encoded run_id}.json                                  commit record, written LAST
 
 A run is *committed* when its manifest exists; ``read_table`` returns rows of committed runs only.
+A renamed table is read from its former names' folders too (``schema.FORMER_NAMES``: a store
+written before the rename still loads); it is written under its name only.
 Publishing the same run_id again removes its manifest, replaces its partitions and writes a new
 manifest, so a re-run replaces and never duplicates (during the replace the run is invisible, never
 half-visible). Publishes of the *same* run_id racing (a task cleared while its zombie still
@@ -51,7 +53,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from servebench.errors import PublishConflict
-from servebench.results.schema import SCHEMA_VERSION, TABLES, conform, schema_for
+from servebench.results.schema import (
+    FORMER_NAMES,
+    SCHEMA_VERSION,
+    TABLES,
+    conform,
+    schema_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +204,12 @@ class ResultStore:
         """Where ``table`` lives (for DuckDB/Athena: ``{uri}/**/*.parquet`` with hive partitioning)."""
         schema_for(table)
         return f"{self._scheme}{self._path(table)}"
+
+    def table_dirs(self, table: str) -> list[str]:
+        """The folders that hold ``table``'s files: its own, and its former names' that a
+        store written before its rename keeps (``FORMER_NAMES``), those that exist."""
+        paths = [self._path(name) for name in (table, *FORMER_NAMES.get(table, ()))]
+        return [path for path in paths if self._exists(path)]
 
     def _partition_rel(self, table: str, run_date: dt.date, run_id: str) -> str:
         return f"{table}/date={run_date.isoformat()}/run_id={encode_run_id(run_id)}"
@@ -350,7 +364,8 @@ class ResultStore:
         previous = self.manifest(run_id)
         if previous is not None:
             self._fs.delete_file(self._manifest_path(run_id))
-        stale = {self._partition_rel(n, run_date, run_id) for n in TABLES}
+        names = [*TABLES, *(old for former in FORMER_NAMES.values() for old in former)]
+        stale = {self._partition_rel(n, run_date, run_id) for n in names}
         if previous is not None:
             stale |= {f.rsplit("/", 1)[0] for e in previous.tables.values() for f in e.files}
         for rel in sorted(stale):
@@ -399,6 +414,10 @@ class ResultStore:
             staged = self._path(STAGING, enc, "attach", name, PART_FILE)
             self._ensure_parent(staged)
             pq.write_table(table, staged, filesystem=self._fs, compression="zstd")
+            for former in FORMER_NAMES.get(name, ()):  # replaced, not read beside it
+                old = entries.pop(former, None)
+                for old_file in old.files if old else []:
+                    self._delete_dir(self._path(old_file).rsplit("/", 1)[0])
             rel = f"{self._partition_rel(name, run_date, run_id)}/{PART_FILE}"
             self._delete_dir(self._path(rel).rsplit("/", 1)[0])
             self._ensure_parent(self._path(rel))
@@ -550,16 +569,14 @@ class ResultStore:
         if run_ids is not None:
             committed &= set(run_ids)
         columns = columns or schema.names
-        base = self._path(table)
-        if not committed or not self._exists(base):
+        dirs = self.table_dirs(table) if committed else []
+        if not dirs:
             return schema.empty_table().select(columns)
-        dataset = ds.dataset(
-            base,
-            filesystem=self._fs,
-            format="parquet",
-            partitioning=PARTITIONING,
-            schema=schema.append(pa.field("date", pa.date32())),
-        )
+        parts = [ds.dataset(path, filesystem=self._fs, format="parquet",
+                            partitioning=PARTITIONING,
+                            schema=schema.append(pa.field("date", pa.date32())))
+                 for path in dirs]
+        dataset = parts[0] if len(parts) == 1 else ds.dataset(parts)
         expr = ds.field("run_id").isin(sorted(committed))
         if filters is not None:
             if not isinstance(filters, ds.Expression):

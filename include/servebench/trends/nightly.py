@@ -1,4 +1,4 @@
-"""What one night raises, from the committed history: the rows of the ``regressions`` table.
+"""What one night raises, from the committed history: the rows of the ``changes`` table.
 
 - **regression / improvement**: a change point in a series (``trends.detect``), judged on the
   nights up to this one, its baseline starting after the last change already alerted for that
@@ -56,7 +56,7 @@ from servebench.trends.series import (
     BY_COLUMN,
     CELL_KEY,
     build_series,
-    judge_series,
+    detect_series,
     nightly_runs,
     series_detectability,
     series_id,
@@ -74,23 +74,23 @@ HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nig
 
 
 class Judged(NamedTuple):
-    """What the detect task attaches to a night: its ``regressions`` rows (the alerts) and
+    """What the detect task attaches to a night: its ``changes`` rows (the alerts) and
     its ``detectability`` rows (what each series it judged can catch from tomorrow on)."""
 
     alerts: list[dict]
     detectability: list[dict]
 
 
-def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
-                 settings: DetectorSettings | None = None) -> Judged:
-    """The ``regressions`` and ``detectability`` rows of committed run ``run_id``, judged
+def night_changes(store: ResultStore, run_id: str, *, annotations: Iterable[Annotation] = (),
+                  settings: DetectorSettings | None = None) -> Judged:
+    """The ``changes`` and ``detectability`` rows of committed run ``run_id``, judged
     with ``settings`` (default: the detector's, with the run's sweep's ``trends`` floor)."""
     runs, cells, series = load_history(store, run_id)
     spec_json = runs["spec_json"].iloc[-1]
     s = settings or detector_settings(spec_json)
     tonight = int(runs["night"].iloc[-1])
     run_ids = runs["run_id"].tolist()
-    earlier = store.read_table("regressions", run_ids=run_ids[:-1]).to_pandas()
+    earlier = store.read_table("changes", run_ids=run_ids[:-1]).to_pandas()
     night_of = dict(zip(runs["run_id"], runs["night"], strict=True))
     alerted = (earlier[earlier["kind"].isin(MOVES)]
                .assign(night=lambda f: f["change_run_id"].map(night_of))
@@ -111,8 +111,8 @@ def detect_night(store: ResultStore, run_id: str, *, annotations: Iterable[Annot
         n = group["binomial_n"].dropna()
         count = int(n.iloc[-1]) if len(n) else None
         judged.append((first, values, start, count))
-        change = judge_series(values, first["metric"], first["direction"], start=start,
-                              binomial_n=count, settings=s)
+        change = detect_series(values, first["metric"], first["direction"], start=start,
+                               binomial_n=count, settings=s)
         if change is None:
             continue
         if change.drastic and first["metric"] in TYPICAL and not _corroborated(

@@ -1,8 +1,8 @@
 """Replay a history night by night through the rules the nightly DAG judges a series by
-(``series.judge_series``: the detector, the tail rule, accuracy's binomial noise).
+(``series.detect_series``: the detector, the tail rule, accuracy's binomial noise).
 
 For each series and each night t the detector sees nights 0..t only, and its baseline starts
-after the last change it already alerted (as the DAG's does, from the ``regressions`` table):
+after the last change it already alerted (as the DAG's does, from the ``changes`` table):
 so each change is raised once, on the first night the evidence is enough.
 
 HISTORY is long-format Parquet: ``series_id`` (string), ``metric`` (string), ``direction``
@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from servebench.errors import HistoryError
 from servebench.trends.detect import DIRECTIONS, DetectorSettings, restart_prior
-from servebench.trends.series import binomial_count, judge_series, series_detectability
+from servebench.trends.series import binomial_count, detect_series, series_detectability
 
 REQUIRED = ("series_id", "metric", "direction", "night", "value")
 ALERT_COLUMNS = ["series_id", "night_flagged", "night_alerted", "direction"]
@@ -81,8 +81,8 @@ def replay_series(series: SeriesHistory, settings: DetectorSettings | None = Non
     for t in range(len(series.values)):
         if t in resets:
             start = t
-        change = judge_series(series.values[:t + 1], series.metric, series.direction,
-                              start=start, binomial_n=series.binomial_n, settings=settings)
+        change = detect_series(series.values[:t + 1], series.metric, series.direction,
+                               start=start, binomial_n=series.binomial_n, settings=settings)
         if change is None:
             continue
         alerts.append({"series_id": series.series_id, "night_flagged": change.night,
@@ -169,8 +169,8 @@ def _inject(series: SeriesHistory, t: int, start: int, s: DetectorSettings) -> d
         moved = values.copy()
         moved[t + 1:] += worse * delta
         row[key] = any(
-            (change := judge_series(moved[:night + 1], series.metric, series.direction,
-                                    start=start, binomial_n=count, settings=s)) is not None
+            (change := detect_series(moved[:night + 1], series.metric, series.direction,
+                                     start=start, binomial_n=count, settings=s)) is not None
             and change.worse and abs(change.night - (t + 1)) <= s.locate_tolerance
             for night in range(t + 1, t + 1 + k))
     return row

@@ -41,9 +41,9 @@ def same_night(metric: str) -> bool:
     return not (found and found.tail)
 
 
-def judge_series(values, metric: str, direction: Direction, *, start: int = 0,
-                 binomial_n: int | None = None,
-                 settings: DetectorSettings | None = None) -> Change | None:
+def detect_series(values, metric: str, direction: Direction, *, start: int = 0,
+                  binomial_n: int | None = None,
+                  settings: DetectorSettings | None = None) -> Change | None:
     """What the last night of one series (``values``, nights 0..t, NaN = no value) raises by
     every rule that applies to a series on its own: the detector over the nights from
     ``start`` (after the last change raised, or an annotation); no same-morning alert for a
@@ -62,7 +62,7 @@ def series_detectability(values, metric: str, direction: Direction, *, start: in
                          settings: DetectorSettings | None = None) -> Detectability | None:
     """The smallest worse step the series ``values`` (nights 0..t) would raise within
     ``min_nights_after`` nights from night t+1 on (``trends.detectability``), its noise read
-    as ``judge_series`` reads it (an accuracy series' binomial count, given or inferred)."""
+    as ``detect_series`` reads it (an accuracy series' binomial count, given or inferred)."""
     return detectability(np.asarray(values, dtype=float), direction, start=start,
                          binomial_n=binomial_count(values, metric, binomial_n),
                          settings=settings)

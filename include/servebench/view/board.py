@@ -110,7 +110,7 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
     out.append("</table>")
 
     recent = runs.head(ALERT_NIGHTS * runs["sweep_name"].nunique())
-    alerts = store.read_table("regressions", run_ids=recent["run_id"].tolist()).to_pandas()
+    alerts = store.read_table("changes", run_ids=recent["run_id"].tolist()).to_pandas()
     out.append(f"<h2>Raised in the last {ALERT_NIGHTS} nights</h2>")
     if alerts.empty:
         out.append("<p>Nothing: no regressions, improvements, failing cells or gate "
@@ -151,7 +151,7 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
     for r in latest.to_dict("records"):
         nights, cells, series = histories[r["run_id"]]
         # every change its nights raised, so an older one in the charts' range is marked too
-        sweep_alerts = store.read_table("regressions",
+        sweep_alerts = store.read_table("changes",
                                         run_ids=nights["run_id"].tolist()).to_pandas()
         catches = store.read_table("detectability", run_ids=[r["run_id"]]).to_pandas()
         shown = view.select(series)
@@ -251,7 +251,7 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
     from servebench.trends.detect import noise_sigma
     from servebench.trends.nightly import MOVES, load_history
 
-    alerts = store.read_table("regressions", run_ids=[run_id]).to_pandas()
+    alerts = store.read_table("changes", run_ids=[run_id]).to_pandas()
     found = alerts[alerts["series_id"] == series_id]
     if found.empty:
         return None

@@ -154,7 +154,7 @@ def test_the_reports_lever_table_is_a_real_table():
 def test_with_the_airflow_url_each_raised_line_links_its_page_in_the_benchmarks_view():
     """The digest and the report link a raised line to its page (board.render_finding) when
     the Airflow base URL is known: absolute, since both are read outside the view."""
-    from servebench.notify.digest import regression_lines
+    from servebench.notify.digest import change_lines
     from servebench.notify.html import render_report
 
     alert = pd.DataFrame([dict(
@@ -164,8 +164,8 @@ def test_with_the_airflow_url_each_raised_line_links_its_page_in_the_benchmarks_
         change_run_id="r", cause="engine_version b1 -> b2", finding="f")])
     page = ("http://af/servebench/finding?run_id=scheduled__2025-03-01T00%3A00%3A00%2B00%3A00"
             "&series_id=cpu%2Fq8_0%2Fchat%2Fc4%2Fttft_ms_p50%23ab")
-    assert f"([what changed]({page}))" in "\n".join(regression_lines(alert, {}, "http://af"))
-    assert "what changed" not in "\n".join(regression_lines(alert, {}))
+    assert f"([what changed]({page}))" in "\n".join(change_lines(alert, {}, "http://af"))
+    assert "what changed" not in "\n".join(change_lines(alert, {}))
     table = cells().assign(cell_id=lambda f: [f"c{i}" for i in range(len(f))])
     html = render_report(table, RUN, "s3://bench/servebench", alert, {},
                          airflow_url="http://af/")

@@ -31,7 +31,7 @@ def _digest() -> str:
              output_throughput=2869.0, n_errors=0, n_requests=24, accuracy=0.965,
              gate_verdict="pass"),
     ])
-    regressions = pd.DataFrame([dict(
+    changes = pd.DataFrame([dict(
         series_id="adder/f16/fixed/c4/ttft_ms_p95#0a1b2c3d", target="adder", stack="llama_cpp",
         variant="f16", workload="fixed", load_point="c4", metric="ttft_ms_p95",
         kind="regression", before=7.4, after=8.6, change_pct=16.2, z=6.1, drastic=False,
@@ -39,7 +39,7 @@ def _digest() -> str:
         cause="engine_version b7100 -> b7200", finding="f1")])
     charts = {"adder/f16/fixed/c4/ttft_ms_p95#0a1b2c3d": "charts-x/change-0.png",
               "target:adder": "charts-x/target-0.png"}
-    return render_digest(cells, run, "s3://bench/results", regressions, charts)
+    return render_digest(cells, run, "s3://bench/results", changes, charts)
 
 
 def test_the_slack_message_is_the_pinned_one():

@@ -176,3 +176,43 @@ def test_a_run_stored_before_the_memory_columns_still_reads(store, tmp_path):
     assert read.loc[newer, "peak_rss_bytes"] == 483_000_000
     cells = store.read_table("cells", run_ids=[AIRFLOW_ID])
     assert cells.column("kv_cache_tokens").null_count == cells.num_rows == 2
+
+
+def test_a_store_written_before_the_changes_table_was_named_so_still_loads(store, tmp_path):
+    """A night's alerts were once kept as the ``regressions`` table: a store with only those
+    files reads them as ``changes`` (through the store, ``load_history`` and DuckDB), beside
+    a night written since; the detect step run again on the old night replaces them, never
+    doubles them."""
+    import json
+
+    from servebench.results.history import duckdb_connection, load_history
+
+    def alerts(run_id, day, kind="regression"):
+        return rows_to_table("changes", [dict(run_id=run_id, run_date=day, series_id="s1",
+                                              target="t", metric="ttft_ms_p95", kind=kind)])
+
+    store.publish(AIRFLOW_ID, D1, run_tables(AIRFLOW_ID, D1))
+    store.attach(AIRFLOW_ID, D1, {"changes": alerts(AIRFLOW_ID, D1)})
+    root, enc = tmp_path / "data", encode_run_id(AIRFLOW_ID)
+    (root / "changes").rename(root / "regressions")  # as an older release wrote it
+    manifest = json.loads((root / "_manifests" / f"{enc}.json").read_text())
+    entry = manifest["tables"].pop("changes")
+    entry["files"] = [f.replace("changes/", "regressions/", 1) for f in entry["files"]]
+    manifest["tables"]["regressions"] = entry
+    (root / "_manifests" / f"{enc}.json").write_text(json.dumps(manifest))
+    assert not (root / "changes").exists()
+
+    assert store.read_table("changes").column("kind").to_pylist() == ["regression"]
+    newer = "manual__2025-03-02"
+    store.publish(newer, D2, run_tables(newer, D2))
+    store.attach(newer, D2, {"changes": alerts(newer, D2, "improvement")})
+    both = store.read_table("changes").to_pandas().set_index("run_id")["kind"].to_dict()
+    assert both == {AIRFLOW_ID: "regression", newer: "improvement"}
+    assert load_history(store, "changes", target="t").num_rows == 2
+    assert duckdb_connection(store).execute("select count(*) from changes").fetchone() == (2,)
+
+    store.attach(AIRFLOW_ID, D1, {"changes": alerts(AIRFLOW_ID, D1, "host_change")})
+    assert store.read_table("changes", run_ids=[AIRFLOW_ID]).column("kind").to_pylist() == [
+        "host_change"]
+    assert set(store.manifest(AIRFLOW_ID).tables) == {"runs", "cells", "requests", "changes"}
+    assert not list((root / "regressions").rglob("*.parquet"))

@@ -8,7 +8,7 @@ import datetime as dt
 import numpy as np
 import pandas as pd
 import pytest
-from servebench.pipeline import detect_regressions
+from servebench.pipeline import detect
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore
 from servebench.trends.series import build_series, nightly_runs
@@ -52,7 +52,7 @@ def history(tmp_path_factory):
     store, rng = ResultStore(str(root)), np.random.default_rng(3)
     try:
         for night in range(14):
-            detect_regressions(_publish(store, night, rng))
+            detect(_publish(store, night, rng))
         yield store
     finally:
         mp.undo()
@@ -69,7 +69,7 @@ def test_a_units_figures_are_one_series_per_variant(history):
 
 
 def test_a_memory_regression_is_raised_once_with_its_cause(history):
-    alerts = history.read_table("regressions").to_pandas()
+    alerts = history.read_table("changes").to_pandas()
     found = alerts[alerts["metric"] == "peak_rss_bytes"]
     assert len(found) == 1, found[["series_id", "kind", "run_id"]]
     row = found.iloc[0]

@@ -43,7 +43,7 @@ def test_which_dag_runs_are_nights(run_type, marked, night):
 
 def test_a_manual_trigger_between_two_nights_is_judged_but_never_a_night(tmp_path,
                                                                         monkeypatch):
-    from servebench.pipeline import detect_regressions
+    from servebench.pipeline import detect
     from servebench.trends.nightly import load_history
 
     root = tmp_path / "data"
@@ -52,16 +52,16 @@ def test_a_manual_trigger_between_two_nights_is_judged_but_never_a_night(tmp_pat
     store, rng = ResultStore(str(root)), np.random.default_rng(5)
     for night in range(20):
         day = DAY0 + dt.timedelta(days=night)
-        detect_regressions(_publish(store, f"scheduled__{day}", day, 2, 1.0, rng, True))
+        detect(_publish(store, f"scheduled__{day}", day, 2, 1.0, rng, True))
     # a developer tries a broken build at noon on day 19: 2.5x slower
     day = DAY0 + dt.timedelta(days=19)
-    adhoc = detect_regressions(_publish(store, "manual__try", day, 12, 2.5, rng, False))
+    adhoc = detect(_publish(store, "manual__try", day, 12, 2.5, rng, False))
     runs, _, series = load_history(store, "manual__try")
     assert runs["run_id"].iloc[-1] == "manual__try" and len(runs) == 21  # judged on the nights
     assert adhoc["alerts"].get("regression", 0) >= 1, adhoc
     # the next night does not see it: 21 nights, the ad-hoc run not among them
     day = DAY0 + dt.timedelta(days=20)
-    tonight = detect_regressions(_publish(store, f"scheduled__{day}", day, 2, 1.0, rng, True))
+    tonight = detect(_publish(store, f"scheduled__{day}", day, 2, 1.0, rng, True))
     runs, _, series = load_history(store, tonight["run_id"])
     assert "manual__try" not in set(runs["run_id"]) and len(runs) == 21
     assert "manual__try" not in set(series["run_id"])

@@ -12,7 +12,7 @@ from servebench.trends.replay import (
     read_history,
     replay_series,
 )
-from servebench.trends.series import judge_series
+from servebench.trends.series import detect_series
 
 NIGHTS = 90
 
@@ -141,7 +141,7 @@ def test_the_count_behind_proportions_is_inferred_or_left_alone():
     assert infer_binomial_n(100 * rng.normal(0.8, 0.02, 60)) is None  # not proportions
     # a suite metric that is a continuous share keeps the continuous model
     hit = np.round(rng.binomial(200, 0.8, NIGHTS) / 200, 3)
-    assert judge_series(hit[:60], "prefix_cache_hit_rate", "lower_is_worse") is None
+    assert detect_series(hit[:60], "prefix_cache_hit_rate", "lower_is_worse") is None
 
 
 def test_a_second_change_a_week_after_the_first_is_raised_within_three_nights():

@@ -7,8 +7,8 @@ import datetime as dt
 
 import numpy as np
 import pytest
+from servebench import pipeline
 from servebench.notify.digest import render_digest
-from servebench.pipeline import detect_regressions
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def day0(synthetic_history):
 
 def test_the_regression_is_raised_once_with_its_cause(history, day0):
     store, _, _ = history
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     found = alerts[alerts["kind"] == "regression"]
     assert len(found) == 1, found[["series_id", "run_id", "change_date"]]
     row = found.iloc[0]
@@ -38,7 +38,7 @@ def test_the_regression_is_raised_once_with_its_cause(history, day0):
 
 def test_newly_failing_and_gate_failure(history, day0):
     store, _, _ = history
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     failing = alerts[alerts["kind"] == "newly_failing"]
     assert failing["run_date"].tolist() == [day0 + dt.timedelta(days=25)]
     assert "SIGSEGV" in failing.iloc[0]["reason"]
@@ -50,16 +50,16 @@ def test_newly_failing_and_gate_failure(history, day0):
 def test_rerunning_a_night_replaces_its_alerts(history):
     store, summaries, _ = history
     night = summaries[22]
-    before = store.read_table("regressions", run_ids=[night["run_id"]]).num_rows
-    detect_regressions(night)
-    detect_regressions(night)
-    assert store.read_table("regressions", run_ids=[night["run_id"]]).num_rows == before
+    before = store.read_table("changes", run_ids=[night["run_id"]]).num_rows
+    pipeline.detect(night)
+    pipeline.detect(night)
+    assert store.read_table("changes", run_ids=[night["run_id"]]).num_rows == before
     assert store.read_table("cells", run_ids=[night["run_id"]]).num_rows == 2
 
 
 def test_the_digest_leads_with_the_regression(history):
     store, _, _ = history
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     run_id = alerts[alerts["kind"] == "regression"].iloc[0]["run_id"]
     cells = store.read_table("cells", run_ids=[run_id]).to_pandas()
     run = store.read_table("runs", run_ids=[run_id]).to_pylist()[0]
@@ -75,7 +75,7 @@ def test_the_digest_links_the_run_and_the_change_night_in_airflow(history, day0)
     from urllib.parse import quote
 
     store, _, _ = history
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     found = alerts[alerts["kind"] == "regression"].iloc[0]
     cells = store.read_table("cells", run_ids=[found["run_id"]]).to_pandas()
     run = store.read_table("runs", run_ids=[found["run_id"]]).to_pylist()[0]
@@ -95,7 +95,7 @@ def test_the_digest_file_links_a_chart_of_each_change(history, monkeypatch):
 
     store, summaries, _ = history
     monkeypatch.delenv("SLACK_BOT_TOKEN", raising=False)
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     run_id = alerts[alerts["kind"] == "regression"].iloc[0]["run_id"]
     summary = next(s for s in summaries if s["run_id"] == run_id)
     where = send_digest(summary)
@@ -188,7 +188,6 @@ def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14,
     ``itl``, its ITL p95 times ``itl[variant]``; with ``tpot``, its TPOT p50 times
     ``tpot[variant]`` from ``tpot_from`` on), nothing recorded changing but the engine of
     the ``upgraded`` variants that night."""
-    from servebench.pipeline import detect_regressions
     from servebench.results.schema import rows_to_table
     from servebench.results.store import ResultStore
 
@@ -215,8 +214,8 @@ def _two_variant_nights(root, shift: dict[str, float], nights=22, from_night=14,
                      suite_git_sha="abc", sweep_hash="h", n_cells=2)]
         store.publish(run_id, day, {"runs": rows_to_table("runs", runs),
                                     "cells": rows_to_table("cells", cells)})
-        detect_regressions({"run_id": run_id, "run_date": day.isoformat()})
-    return store.read_table("regressions").to_pandas()
+        pipeline.detect({"run_id": run_id, "run_date": day.isoformat()})
+    return store.read_table("changes").to_pandas()
 
 
 def test_a_change_every_variant_shows_with_nothing_recorded_is_the_hosts(tmp_path, monkeypatch):
@@ -486,15 +485,15 @@ def test_a_drastic_night_finishing_a_move_a_recorded_change_began_takes_that_cha
 def test_the_sweeps_alert_floor_silences_changes_below_it(history):
     """``trends.min_change`` of the run's sweep is the smallest change raised: q4's +15% TTFT
     p95 is news at the default floor and not at 20% (a team on a host whose speed wanders)."""
-    from servebench.trends.nightly import detect_night, detector_settings
+    from servebench.trends.nightly import detector_settings, night_changes
 
     store, _, _ = history
-    alerts = store.read_table("regressions").to_pandas()
+    alerts = store.read_table("changes").to_pandas()
     run_id = alerts[alerts["kind"] == "regression"]["run_id"].iloc[0]  # the morning it came
-    assert any(r["kind"] == "regression" for r in detect_night(store, run_id).alerts)
+    assert any(r["kind"] == "regression" for r in night_changes(store, run_id).alerts)
     floor = detector_settings('{"trends": {"min_change": 0.2}}')
     assert floor.min_rel_change == 0.2
-    assert not [r for r in detect_night(store, run_id, settings=floor).alerts
+    assert not [r for r in night_changes(store, run_id, settings=floor).alerts
                 if r["kind"] == "regression"]
     # older runs (no trends section) and a floor under the measured default keep the default
     assert detector_settings(None).min_rel_change == detector_settings(
@@ -574,7 +573,7 @@ def test_each_night_stores_what_each_series_can_catch(history, day0):
     # accuracy is asked its drop in points (trends.detect_accuracy_drop: 5) at its level
     assert last.loc[("q4", "accuracy"), "goal"] == pytest.approx(0.05 / 0.9)
     assert rows[rows["run_date"] < day0 + dt.timedelta(days=9)]["detectable"].isna().all()
-    raised = store.read_table("regressions").to_pandas()
+    raised = store.read_table("changes").to_pandas()
     raised = raised[raised["kind"] == "regression"].iloc[0]
     that_night = rows[(rows["run_id"] == raised["run_id"])
                       & (rows["series_id"] == raised["series_id"])]
