@@ -1,59 +1,9 @@
-"""Change points in one nightly series: Apache Otava, made aware of the series' own noise.
-
-Otava's E-divisive means (Matteson & James 2014, "A Nonparametric Approach for Multiple Change
-Point Analysis of Multivariate Data"; split/merge as in Fleming et al. 2023, "Hunter: Using
-Change Point Detection to Hunt for Performance Regressions") decides whether and where a series
-changed. With one fixed p-value and magnitude for every series it alerts on noisy series and
-misses small steps on quiet ones (``benchmarks/trends_replay.py`` measures both), so around it,
-per series and per night:
-
-- **noise**: a robust per-night sigma, 1.4826 * MAD around the baseline median (it sees slow,
-  autocorrelated wander too), scaled up when the last ``local_nights`` night-to-night changes
-  scatter ``variance_ratio`` times more than the window's do (the noise itself changed). A lag-1
-  autocorrelation distinguishable from zero (bias-corrected) inflates the variance of a mean of
-  k consecutive nights by 1 + 2 * sum_j (1 - j/k) rho^j -- both the nights after a change and
-  the baseline's. Accuracy series use binomial noise from the golden-set size, at the level of
-  the nights judged; known, not estimated, it asks no more of a short baseline.
-- **outliers**: a night far (``outlier_sigmas``) from both its neighbours, on the same side, is
-  replaced by theirs before Otava sees it, so one wild night neither alerts nor becomes a change
-  point. The last night has no neighbour after it yet; it may stand at most
-  ``last_night_slack`` sigmas beyond the other nights after a change.
-- **evidence** for a change ``k`` nights back (``min_nights_after`` <= k <= ``recent``): the
-  mean of those nights moved ``z_alert`` standard errors (more on a short baseline, since sigma
-  is estimated from it) and ``min_sigmas`` sigmas (never under ``min_rel_change``) off the
-  median before them; they stand on the moved side (one in ``wrong_side_every`` may fall
-  back); they scatter around their own mean no more than the noise allows (chi-square, 95%;
-  from four nights on one night is forgiven: one far off the others whichever way, else the
-  one overshooting the move) -- or, scattering wider,
-  moved that far against their own scatter (a slowdown often brings noise with it); and the
-  ``pre_nights`` before them (outliers cleaned) still scattered like the baseline (99%). A
-  change of variance alone moves no mean against its own scatter.
-- **Otava** runs (a few ms) only when some k passes, over the last ``lookback`` nights, with
-  ``max_pvalue = otava_pvalue`` and ``min_magnitude`` from the noise; the change is raised only
-  where Otava finds a change point within ``locate_tolerance`` nights of the passing k. Otava's
-  p-value is the knob that trades small steps found against false alarms
-  (``benchmarks/trends_replay.py`` measured 0.001 against 0.005-0.05).
-- **direction**: worse is up for ``higher_is_worse`` metrics (latency, cost), down for
-  ``lower_is_worse`` (throughput, accuracy); the opposite is an improvement, reported as such.
-- **drastic guard**: a last night more than ``drastic_sigmas`` and ``drastic_rel`` off the
-  baseline, and ``drastic_range`` times further off than the worst night before it, alerts the
-  same morning (single nights of 8 sigma happen, and heavy-tailed metrics have their own); the
-  change begins with the run of nights before it already ``outlier_sigmas`` off on that side.
-  Not for a tail statistic (``same_night=False``): a p95 of a few dozen requests is a handful
-  of them, and one stalled second of the host multiplies it (seen in the local proof: ITL p95
-  x2.5 with the cell's median E2E +17%); a disaster moves the typical request, whose own
-  series raise it.
-
-- **restart**: after a change raised (or an annotation) the baseline starts at the change
-  night; it is judged from ``restart_baseline`` nights on, not ``min_baseline``, with the
-  noise of the nights before the restart, relative to the level, as a floor (a step seldom
-  changes the relative noise), and Otava shown those nights too. A second change a week
-  after the first, or one after a false alarm, is not left unseen for ten nights.
-
-The function is pure: given the values of nights ``0..t`` and where the baseline starts (an
-annotation, or the last change already alerted), it says whether night ``t`` raises a change.
-The nightly DAG (``trends.nightly``) and ``servebench trends replay`` call exactly this.
-"""
+"""Change points in one nightly series: Apache Otava's E-divisive means, made aware of the
+series' own noise (robust sigma, autocorrelation, outliers, an evidence test before Otava is
+asked, a drastic guard, a restart after each change). ``detect`` is pure: given nights 0..t
+and where the baseline starts, whether night t raises a change; the nightly detect step
+(``trends.series.detect_series``) and the replay call exactly this. The rules and why:
+docs/trends.md, "How the detector decides"."""
 
 from __future__ import annotations
 

@@ -1,47 +1,8 @@
 """What a series can catch: the smallest worse step the detector (``trends.detect``) raises
 by the ``min_nights_after``-th night of the step (the first night it can) at least ``POWER``
-of the time, at the detector's own false-alarm rate, from the series' own noise. Computed
-with the detector's own rules and arithmetic (its functions and settings) on the series' own
-nights: about 0.07 s a series, cheap enough for every series every night.
-``servebench trends replay --detectability``, ``benchmarks/trends_replay.py --detectability``
-and ``tests/unit/trends/test_detectability.py`` inject steps of the claimed size into series
-and count how often the detector raises them.
-
-A worse step of ``delta`` starts the night after the last one judged. On its K-th night
-(K = ``min_nights_after``, the change night included) the detector judges the K nights
-against the baseline as it will see it then: the nights since the series' start (up to
-``lookback``), its sigma learnt from those and the K - 1 nights of the step before the last
-(which widen it), scaled where the last ``local_nights`` -- the step's among them -- scatter
-``variance_ratio`` times more than the rest. The K nights are the series' own: every run of K
-consecutive baseline nights as residuals off its level (its tails, outliers and
-autocorrelation as they come; after a restart also those of the nights before it, whose
-noise the detector borrows), spread by how uncertain the noise itself is from so many nights
-(the ratio of a normal sample's true to estimated sigma at ``SCALE_QUANTILES``: a short
-baseline shows less of its noise than there is), and moved by ``delta``. Each run is judged
-by the rules, as the detector applies them:
-
-1. its **first look**: ``FIRST_LOOK`` of ``z_alert`` standard errors off the level of the
-   baseline less its last ``recent`` - K nights;
-2. the K nights' **scatter** within chi-square 95% of the baseline noise, or the move judged
-   against their own scatter; the last night held within ``last_night_slack`` sigmas of the
-   others;
-3. **evidence**: their mean ``z_needed`` standard errors (``standard_error``) and
-   ``smallest_change`` off the baseline's median;
-4. every night on the **moved side**;
-5. the ``pre_nights`` before the step scatter like the baseline (chi-square 99%): known
-   tonight, so a series whose last nights scattered wide catches no step on time until they
-   pass;
-6. **Otava** finds the change point within ``locate_tolerance`` nights: Otava itself (its
-   windowed split has no closed form), on the baseline as the detector shows it (outliers
-   cleaned) followed by the run, for ``OTAVA_RUNS`` runs spread over the series' own.
-
-What a run cannot show is how far the baseline's median lies from the true level (the
-``1.57 sigma^2 / n`` term of ``standard_error``): normal and the same for rules 1-4, so a run
-passes them with the chance that error stays within its smallest margin. The chance a step
-is raised is the mean over runs of that chance times Otava's verdict on the run; the step
-claimed is the smallest ``delta`` at which it reaches ``POWER``. The drastic guard (a
-disaster raised the same morning) is left out: it only raises sooner.
-"""
+of the time, at its own false-alarm rate, from the series' own nights run through the
+detector's own rules and arithmetic (about 0.07 s a series). How, rule by rule, and how it
+was checked: docs/trends.md, "What a series can catch"."""
 
 from __future__ import annotations
 
