@@ -50,7 +50,7 @@ def test_the_app_serves_the_board_and_a_runs_report_to_a_reader(store):
     assert page.status_code == 200 and "servebench benchmarks" in page.text
     run = store.read_table("runs").to_pylist()[0]
     store.put_text(f"reports/date={run['run_date']}/x.html", "")  # another run's: not served
-    from servebench.notify.html import report_path
+    from servebench.notify.report import report_path
 
     store.put_text(report_path(str(run["run_date"]), run["run_id"]), "<html>the report</html>")
     assert client.get("/report", params={"run_id": run["run_id"]}).text == \

@@ -501,7 +501,7 @@ def _release_gates(store: ResultStore) -> list[str]:
 
 def run_report(store: ResultStore, run_id: str) -> str | None:
     """The HTML report the digest wrote beside run ``run_id``'s data, if any."""
-    from servebench.notify.html import report_path
+    from servebench.notify.report import report_path
 
     found = store.read_table("runs", run_ids=[run_id]).to_pylist()
     data = store.get_bytes(report_path(str(found[0]["run_date"]), run_id)) if found else None

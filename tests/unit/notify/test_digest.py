@@ -111,7 +111,7 @@ def test_engine_notes_are_said_once_per_target():
 def test_an_slo_cell_is_said_as_load_within_slo_with_its_bound():
     import json
 
-    from servebench.notify.html import render_report
+    from servebench.notify.report import render_report
 
     probes = [{"load": 1.0, "held": True, "why": None}, {"load": 2.0, "held": True, "why": None},
               {"load": 4.0, "held": False, "why": "TTFT p95 27.2 ms > 15"},
@@ -137,7 +137,7 @@ def test_an_slo_cell_is_said_as_load_within_slo_with_its_bound():
 
 def test_the_reports_lever_table_is_a_real_table():
     from servebench.levers import LEVERS
-    from servebench.notify.html import render_report
+    from servebench.notify.report import render_report
 
     row = {"target": "cpu", "variant": "q8_0", "baseline": "f16", "workload": "chat",
            "load_point": "c4", "gate_verdict": "pass", "engine_note": None,
@@ -155,7 +155,7 @@ def test_with_the_airflow_url_each_raised_line_links_its_page_in_the_benchmarks_
     """The digest and the report link a raised line to its page (board.render_finding) when
     the Airflow base URL is known: absolute, since both are read outside the view."""
     from servebench.notify.digest import change_lines
-    from servebench.notify.html import render_report
+    from servebench.notify.report import render_report
 
     alert = pd.DataFrame([dict(
         run_id=RUN["run_id"], series_id="cpu/q8_0/chat/c4/ttft_ms_p50#ab", kind="regression",
