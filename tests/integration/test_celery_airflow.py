@@ -235,5 +235,5 @@ def test_the_benchmarks_view_opens_in_the_airflow_ui(airflow, nightly_run, tmp_p
     shot = screenshot(login + "/plugin/benchmarks", profile, "benchmarks-view.png",
                       size="1400,1100", wait_ms=15000)
     assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
-    # (all-admins mode makes every caller an admin here; tests/unit/test_board.py checks that
+    # (all-admins mode makes every caller an admin here; tests/unit/view/test_board.py checks that
     # the board refuses a caller without a session)

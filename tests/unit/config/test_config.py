@@ -6,7 +6,7 @@ import pytest
 import yaml
 from servebench.config import SpecError, load_sweep, parse_sweep
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SWEEPS = sorted((ROOT / "include" / "sweeps").glob("*.yaml"))
 
 

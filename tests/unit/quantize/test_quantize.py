@@ -27,7 +27,7 @@ from servebench.stacks import get_stack
 from servebench.stacks.vllm import cpu_recipe_problems, cpu_recipe_refusals
 from servebench.trends.attribution import NOTHING_CHANGED, recorded_change
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from test_plan import _settings, _sweep  # the plan tests' project and sweep
 
 VLLM = 2  # the local sweep's vLLM target
