@@ -122,6 +122,27 @@ def _chunk(payload: bytes) -> bytes:
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform.startswith("linux") else -1)
 
 
+def _parse_head(head: bytes) -> tuple[bytes, bytes, bytes, dict[bytes, bytes]] | None:
+    """An HTTP/1.x request head (through its blank line) as method, target, version and
+    headers (names lowercased); None where its request line is malformed."""
+    lines = head[:-4].split(b"\r\n")
+    try:
+        method, target, version = lines[0].split(b" ", 2)
+    except ValueError:
+        return None
+    headers: dict[bytes, bytes] = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(b":")
+        headers[k.strip().lower()] = v.strip()
+    return method, target, version, headers
+
+
+def _json_response(status: int, obj: Any) -> bytes:
+    data = json.dumps(obj).encode()
+    return (b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+            % (status, _REASONS.get(status, "Status").encode(), len(data), data))
+
+
 class _TimedReader(asyncio.StreamReader):
     """A StreamReader that stamps when data arrives into an empty buffer (a request's first
     byte, with one request at a time per keep-alive connection): ``first_byte_at`` is the
@@ -258,13 +279,11 @@ class FakeOpenAIServer:
                 await asyncio.wait_for(self._server.wait_closed(), 2.0)
 
     def truth(self) -> dict[str, Any]:
-        """Snapshot of ground truth: ``{"requests": [...], "max_in_flight": int}``.
-
-        Each request: ``id``, ``request_id`` (``x-request-id`` header), ``path``, ``status``,
-        ``received_at`` (kernel receive time of its first byte where supported),
-        ``received_loop_at`` (when the event loop read it), ``first_chunk_at``, ``chunk_times``, ``done_at`` (epoch seconds),
-        ``output_tokens``, ``prompt_tokens``, ``aborted``.
-        """
+        """Snapshot of ground truth: ``{"requests": [...], "max_in_flight": int}``. Each request:
+        ``id``, ``request_id`` (``x-request-id`` header), ``path``, ``status``, ``received_at``
+        (kernel receive time of its first byte where supported), ``received_loop_at`` (when the
+        event loop read it), ``first_chunk_at``, ``chunk_times``, ``done_at`` (epoch seconds),
+        ``output_tokens``, ``prompt_tokens``, ``aborted``."""
         reqs = [{**r, "chunk_times": list(r["chunk_times"])} for r in list(self._truth)]
         return {"requests": reqs, "max_in_flight": self.max_in_flight}
 
@@ -285,15 +304,10 @@ class FakeOpenAIServer:
                 # run: with many requests arriving together that can be milliseconds later)
                 received = getattr(reader, "first_byte_at", None) or self.now()
                 received_loop = getattr(reader, "first_byte_loop_at", None) or received
-                lines = head[:-4].split(b"\r\n")
-                try:
-                    method, target, version = lines[0].split(b" ", 2)
-                except ValueError:
+                parsed = _parse_head(head)
+                if parsed is None:
                     return
-                headers: dict[bytes, bytes] = {}
-                for line in lines[1:]:
-                    k, _, v = line.partition(b":")
-                    headers[k.strip().lower()] = v.strip()
+                method, target, version, headers = parsed
                 if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
                     await self._send_json(writer, 411, {"error": {"message": "no chunked bodies"}})
                     return
@@ -310,11 +324,7 @@ class FakeOpenAIServer:
             writer.close()
 
     async def _send_json(self, writer: asyncio.StreamWriter, status: int, obj: Any) -> None:
-        data = json.dumps(obj).encode()
-        writer.write(
-            b"HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-            % (status, _REASONS.get(status, "Status").encode(), len(data), data)
-        )
+        writer.write(_json_response(status, obj))
         await writer.drain()
 
     async def _dispatch(self, method: bytes, path: bytes, headers: dict[bytes, bytes], raw: bytes,
