@@ -413,7 +413,7 @@ def trends_redetect(sweep: str = typer.Argument(..., help="the sweep's name (its
     (after an annotation written late, or a new detector); each night's changes replaced."""
     import datetime as dt
 
-    from servebench.trends.judge import redetect
+    from servebench.trends.step import redetect
 
     try:
         first = dt.date.fromisoformat(since) if since else None

@@ -18,7 +18,7 @@ from servebench.notify.digest import render_digest
 from servebench.notify.report import render_report, report_path
 from servebench.notify.notifier import Notifier, announce
 from servebench.results.store import ResultStore, encode_run_id
-from servebench.trends.nightly import MOVES, load_history
+from servebench.trends.nightly import MOVES, load_nights
 from servebench.trends.series import missing_nights
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def _draw_charts(store: ResultStore, run_id: str, run_date: str, cells, changes)
 
     moved = changes[changes["kind"].isin(MOVES)]
     if not moved.empty:
-        _, _, series = load_history(store, run_id)
+        _, _, series = load_nights(store, run_id)
         for i, alert in enumerate(moved.to_dict("records")):
             points = series[series["series_id"] == alert["series_id"]]
             keep(alert["series_id"], f"change-{i}.png",

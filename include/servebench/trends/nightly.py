@@ -85,7 +85,7 @@ def night_changes(store: ResultStore, run_id: str, *, annotations: Iterable[Anno
                   settings: DetectorSettings | None = None) -> Judged:
     """The ``changes`` and ``detectability`` rows of committed run ``run_id``, judged
     with ``settings`` (default: the detector's, with the run's sweep's ``trends`` floor)."""
-    runs, cells, series = load_history(store, run_id)
+    runs, cells, series = load_nights(store, run_id)
     spec_json = runs["spec_json"].iloc[-1]
     s = settings or detector_settings(spec_json)
     tonight = int(runs["night"].iloc[-1])
@@ -203,8 +203,8 @@ def _trends(spec_json: str | None) -> TrendsSpec:
     return TrendsSpec.model_validate(spec.get("trends") or {})
 
 
-def load_history(store: ResultStore, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame,
-                                                          pd.DataFrame]:
+def load_nights(store: ResultStore, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame,
+                                                         pd.DataFrame]:
     """(runs, cells, series) of the nights of ``run_id``'s sweep and DAG up to it, numbered
     0..tonight: what the detector judges, and what the digest's charts draw."""
     all_runs = store.read_table("runs").to_pandas()

@@ -81,7 +81,7 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
     from servebench.notify.charts import NIGHTS_SHOWN, latency_throughput_chart
     from servebench.notify.digest import KIND_TITLES, alert_html, fmt_text, gate_lines
     from servebench.notify.panels import trend_panels
-    from servebench.trends.nightly import load_history
+    from servebench.trends.nightly import load_nights
 
     out = [_head("servebench: Benchmarks"), "<h1>servebench benchmarks</h1>",
            f"<p class='muted'>results: <code>{escape(store.uri)}</code> · "
@@ -145,7 +145,7 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
 
     out.append("<h2 id='trends'>Trends</h2>")
     view = view or TrendView()
-    histories = {r["run_id"]: load_history(store, r["run_id"]) for r in latest.to_dict("records")}
+    histories = {r["run_id"]: load_nights(store, r["run_id"]) for r in latest.to_dict("records")}
     out.append(_trend_form(view, pd.concat([h[2] for h in histories.values()],
                                            ignore_index=True)))
     for r in latest.to_dict("records"):
@@ -249,14 +249,14 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
     from servebench.notify.charts import trend_chart
     from servebench.trends.attribution import cell_at
     from servebench.trends.detect import noise_sigma
-    from servebench.trends.nightly import MOVES, load_history
+    from servebench.trends.nightly import MOVES, load_nights
 
     alerts = store.read_table("changes", run_ids=[run_id]).to_pandas()
     found = alerts[alerts["series_id"] == series_id]
     if found.empty:
         return None
     alert = found.iloc[0].to_dict()
-    runs, cells, series = load_history(store, run_id)
+    runs, cells, series = load_nights(store, run_id)
     change = runs[runs["run_id"] == alert.get("change_run_id")]
     night = int(change["night"].iloc[0]) if not change.empty else None
     points, drawn = _charted(series, alert)

@@ -44,7 +44,7 @@ def test_which_dag_runs_are_nights(run_type, marked, night):
 def test_a_manual_trigger_between_two_nights_is_judged_but_never_a_night(tmp_path,
                                                                         monkeypatch):
     from servebench.pipeline import detect
-    from servebench.trends.nightly import load_history
+    from servebench.trends.nightly import load_nights
 
     root = tmp_path / "data"
     monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(root))
@@ -56,13 +56,13 @@ def test_a_manual_trigger_between_two_nights_is_judged_but_never_a_night(tmp_pat
     # a developer tries a broken build at noon on day 19: 2.5x slower
     day = DAY0 + dt.timedelta(days=19)
     adhoc = detect(_publish(store, "manual__try", day, 12, 2.5, rng, False))
-    runs, _, series = load_history(store, "manual__try")
+    runs, _, series = load_nights(store, "manual__try")
     assert runs["run_id"].iloc[-1] == "manual__try" and len(runs) == 21  # judged on the nights
     assert adhoc["alerts"].get("regression", 0) >= 1, adhoc
     # the next night does not see it: 21 nights, the ad-hoc run not among them
     day = DAY0 + dt.timedelta(days=20)
     tonight = detect(_publish(store, f"scheduled__{day}", day, 2, 1.0, rng, True))
-    runs, _, series = load_history(store, tonight["run_id"])
+    runs, _, series = load_nights(store, tonight["run_id"])
     assert "manual__try" not in set(runs["run_id"]) and len(runs) == 21
     assert "manual__try" not in set(series["run_id"])
     assert tonight["alerts"] == {}, tonight  # neither a regression nor a recovery
