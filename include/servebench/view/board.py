@@ -119,11 +119,12 @@ def render_board(store: ResultStore, *, runs_shown: int = RUNS_SHOWN,
         rows = alerts[alerts["kind"] == kind].sort_values("run_date", ascending=False)
         if rows.empty:
             continue
-        out.append(f"<h3 class='{kind}'>{escape(title)} ({len(rows)})</h3><ul>")
-        for row in rows.to_dict("records"):
+        findings = _findings(rows)
+        out.append(f"<h3 class='{kind}'>{escape(title)} ({len(findings)})</h3><ul>")
+        for row, nights in findings:
             line = (alert_html(row) if kind != "gate_failure" else
                     escape(f"{row['target']} / {row['variant']}: {fmt_text(row.get('reason'))}"))
-            out.append(f"<li>{escape(fmt_text(row['run_date']))}: {line}"
+            out.append(f"<li>{escape(_nights_text(nights))}: {line}"
                        + (f"; cause: {escape(fmt_text(row['cause']))}"
                           if kind in ("regression", "improvement") else "")
                        + f" {_finding_link(row)}</li>")
@@ -218,6 +219,30 @@ def _trend_form(view: TrendView, series: pd.DataFrame) -> str:
             + "<label>nights <input name='nights' type='number' min='2' max='365' "
               f"value='{view.nights or ''}' placeholder='{NIGHTS_SHOWN}'></label> "
               "<button type='submit'>show</button></form>")
+
+
+def _findings(rows: pd.DataFrame) -> list[tuple[dict, list]]:
+    """One kind's alerts, newest first, as findings: the alerts of one series (a cell failing,
+    a gate failing, night after night) are one finding, its newest alert with every night it
+    was raised on; an alert without a series is a finding of its own."""
+    findings: dict[object, tuple[dict, list]] = {}
+    for i, row in enumerate(rows.to_dict("records")):
+        key = row.get("series_id") if isinstance(row.get("series_id"), str) else i
+        if key in findings:
+            findings[key][1].append(row["run_date"])
+        else:
+            findings[key] = (row, [row["run_date"]])
+    return list(findings.values())
+
+
+def _nights_text(nights: list) -> str:
+    """The nights a finding was raised on, newest first: one date, or the first and last with
+    how many ("2026-12-02 to 2026-12-05, 4 nights")."""
+    from servebench.notify.digest import fmt_text
+
+    if len(nights) == 1:
+        return fmt_text(nights[0])
+    return f"{fmt_text(min(nights))} to {fmt_text(max(nights))}, {len(nights)} nights"
 
 
 def _finding_link(row: dict) -> str:

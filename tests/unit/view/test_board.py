@@ -309,3 +309,23 @@ def test_a_findings_page_says_what_its_series_caught_before_the_change(store):
     row = page.split("<td>within 3 nights (the night before, the night raised)</td>")[1]
     before, raised = re.findall(r"<td class='num'>([^<]*)</td>", row)[:2]
     assert before.startswith("catches &gt;= ") and raised == "too few nights to judge yet"
+
+
+def test_a_finding_raised_night_after_night_is_one_line_with_its_nights():
+    import datetime as dt
+
+    import pandas as pd
+    from servebench.view.board import _findings, _nights_text
+
+    day = dt.date(2026, 12, 2)
+    rows = pd.DataFrame(
+        [{"run_date": day + dt.timedelta(days=d), "series_id": "gate-q2_k", "reason": f"n{d}"}
+         for d in (3, 2, 1, 0)]
+        + [{"run_date": day + dt.timedelta(days=2), "series_id": "gate-q4", "reason": "once"},
+           {"run_date": day, "series_id": None, "reason": "no series"},
+           {"run_date": day, "series_id": None, "reason": "another"}])
+    findings = _findings(rows)
+    assert [(row["reason"], len(nights)) for row, nights in findings] == \
+        [("n3", 4), ("once", 1), ("no series", 1), ("another", 1)]  # the newest alert's line
+    assert _nights_text(findings[0][1]) == "2026-12-02 to 2026-12-05, 4 nights"
+    assert _nights_text(findings[1][1]) == "2026-12-04"
