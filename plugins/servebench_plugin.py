@@ -6,8 +6,8 @@ the last nights raised, gate verdicts, trend charts), mounted in the API server 
 from typing import ClassVar
 
 from airflow.plugins_manager import AirflowPlugin
-from servebench.view.board import create_app
 from servebench.defaults import BOARD_PATH
+from servebench.view.board import create_app
 
 
 class ServebenchPlugin(AirflowPlugin):

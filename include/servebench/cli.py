@@ -163,8 +163,8 @@ def _trends_replay(history_path: str, out: str, detectability: bool = False) -> 
 def compare_runs(run_a: str, run_b: str) -> Table:
     """Cell by cell (``servebench.view.compare``): each compared statistic a -> b with its change,
     both statuses and gate verdicts (a cell one run lacks shows '-' on that side)."""
-    from servebench.view.compare import compare_cells, shown_columns
     from servebench.connections import open_store
+    from servebench.view.compare import compare_cells, shown_columns
 
     store = open_store(get_settings())
     cells = store.read_table("cells", run_ids=[run_a, run_b]).to_pandas()

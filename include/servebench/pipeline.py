@@ -32,8 +32,8 @@ from servebench.publish import (
 )
 from servebench.quantize.make import make_variant
 from servebench.settings import Settings, get_settings
-from servebench.trends.step import detect_night
 from servebench.trends.sizing import sizable, size_from_store
+from servebench.trends.step import detect_night
 
 log = logging.getLogger(__name__)
 

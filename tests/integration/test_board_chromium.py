@@ -15,8 +15,8 @@ from html import unescape
 import pytest
 import uvicorn
 from browser import CHROMIUM, dump_dom, screenshot, text_of
-from servebench.view.board import create_app
 from servebench.settings import Settings
+from servebench.view.board import create_app
 
 pytestmark = pytest.mark.integration
 

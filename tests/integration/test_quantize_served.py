@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 import pytest
+from servebench.bench.host import bench_unit
 from servebench.config import parse_sweep
 from servebench.evals.gate import gate_columns
-from servebench.bench.host import bench_unit
 from servebench.pipeline import quantize_recipes
 from servebench.plan import plan_spec
 from servebench.provision.local import LocalProvisioner

@@ -15,8 +15,8 @@ from servebench.levers import lever_rows
 from servebench.notify.charts import latency_throughput_chart, trend_chart
 from servebench.notify.detectable import blind_lines
 from servebench.notify.digest import render_digest
-from servebench.notify.report import render_report, report_path
 from servebench.notify.notifier import Notifier, announce
+from servebench.notify.report import render_report, report_path
 from servebench.results.store import ResultStore, encode_run_id
 from servebench.trends.nightly import MOVES, load_nights
 from servebench.trends.series import missing_nights

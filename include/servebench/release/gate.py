@@ -50,7 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 class ReleaseGateParams(BaseModel):
     """What a manual release_gate run decides: the DAG's Params form, validated here too."""
 
@@ -313,8 +312,8 @@ def conclude(decision: dict, run_id: str, settings: Settings | None = None,
     (``ship`` or ``needs_person``: the DAG then asks a person), where it went (``where``) and
     the verdict's Markdown (``verdict``)."""
     from servebench.connections import open_store
-    from servebench.release.decision import verdict_path
     from servebench.notify.notifier import announce, notifier_for
+    from servebench.release.decision import verdict_path
     from servebench.results.schema import rows_to_table
 
     settings = settings or get_settings()

@@ -415,8 +415,8 @@ def _provenance(sides: list[dict], cells_of: list[dict]) -> list[str]:
 def render_compare(store: ResultStore, run_a: str | None, run_b: str | None) -> str:
     """Two runs side by side, cell by cell (``servebench.view.compare``): pick them from the
     latest runs; each compared statistic a -> b with its change, statuses, gate verdicts."""
-    from servebench.view.compare import compare_cells, shown_columns
     from servebench.notify.digest import fmt_num, fmt_text
+    from servebench.view.compare import compare_cells, shown_columns
 
     runs = store.read_table("runs").to_pandas()
     runs = runs.sort_values(["logical_date", "finished_at"], ascending=False)
@@ -487,8 +487,8 @@ def _release_gates(store: ResultStore) -> list[str]:
 
     import pandas as pd
 
-    from servebench.release.decision import decision_text
     from servebench.notify.digest import fmt_text, fmt_verdict
+    from servebench.release.decision import decision_text
 
     since = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=RELEASE_GATE_DAYS)
     rows = store.read_log("gate_verdicts", since=since).to_pandas()

@@ -5,13 +5,13 @@ view says it instead of "needs a person"."""
 import datetime as dt
 
 import pytest
-from servebench.view.board import render_board
 from servebench.errors import ReleaseGateFailed
 from servebench.release.decision import record_decision, verdict_path
 from servebench.release.gate import outcome, render_verdict, verdict_rows
 from servebench.results.schema import rows_to_table
 from servebench.results.store import ResultStore
 from servebench.settings import Settings
+from servebench.view.board import render_board
 
 AT = dt.datetime(2026, 12, 4, 10, 2, 31, tzinfo=dt.UTC)
 

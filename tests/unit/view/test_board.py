@@ -4,8 +4,8 @@ target; served only to a caller Airflow's auth lets read DAG runs."""
 
 import pytest
 from fastapi.testclient import TestClient
-from servebench.view.board import create_app, render_board
 from servebench.settings import Settings
+from servebench.view.board import create_app, render_board
 
 
 @pytest.fixture(scope="module")
