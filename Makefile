@@ -32,14 +32,26 @@ export VLLM_VENV
 export SERVEBENCH_QUANT_VENV := $(QUANT_VENV)
 export QUANT_VENV
 
+# `make setup`, `make run` and `make test` run their steps through scripts/steps.py: side by
+# side where nothing orders them (STEP:AFTER,... waits for those), one line per step with the
+# time since this make started, its progress in place on a terminal, its output in
+# build/logs/STEP.log (named, with its last lines, when it fails). Each step is a target of its
+# own below, for `make STEP` with its output on the terminal.
+STEPS := $(PYTHON) scripts/steps.py
+SETUP_STEPS := venv stacks vllm quant llama models:venv,stacks,llama
+ifndef SERVEBENCH_STEPS_T0
+export SERVEBENCH_STEPS_T0 := $(shell date +%s)
+endif
+
 .PHONY: run test proof airflow setup system system-test venv stacks vllm quant llama models airflow-db \
-	unit \
+	dag unit \
 	clean bench-ec2
-run: setup airflow-db
-	$(BIN)/airflow dags test nightly_benchmark
+run: system
+	@$(STEPS) $(SETUP_STEPS) airflow-db:venv dag:models,vllm,quant,airflow-db
 	$(BIN)/servebench summary --latest --require-ok
 
-test: system-test setup airflow-db
+test: system-test
+	@$(STEPS) $(SETUP_STEPS) airflow-db:venv
 	$(BIN)/python -m pytest
 
 # the twenty-night local proof of the trends alone (it is part of `make test` too; docs/trends.md
@@ -63,21 +75,22 @@ airflow: setup airflow-db
 unit: venv
 	$(BIN)/python -m pytest tests/unit
 
-setup: system venv stacks vllm quant llama models
+setup: system
+	@$(STEPS) $(SETUP_STEPS)
 
 # the system packages a target needs: every missing one named, with the apt-get line that
 # installs them, before anything is built (scripts/check_system.sh holds the list)
 system:
-	scripts/check_system.sh build
+	@scripts/check_system.sh build
 
 system-test:
-	scripts/check_system.sh build test
+	@scripts/check_system.sh build test
 
 venv: $(VENV)/.stamp
 $(VENV)/.stamp: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -r requirements-dev.txt
+	$(BIN)/pip install --progress-bar off -r requirements-dev.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $@
 
@@ -104,6 +117,10 @@ models: venv stacks llama
 airflow-db: venv
 	mkdir -p $(AIRFLOW_HOME)
 	$(BIN)/airflow db migrate > $(AIRFLOW_HOME)/migrate.log 2>&1 || (tail -20 $(AIRFLOW_HOME)/migrate.log; exit 1)
+
+# the nightly DAG alone, on what `make setup` and `make airflow-db` made (`make run`'s last step)
+dag:
+	$(BIN)/airflow dags test nightly_benchmark
 
 # retrain the committed checkpoint (deterministic, ~2 min on 2 cores)
 train: stacks

@@ -9,4 +9,4 @@ exec "$repo/scripts/setup_venv.sh" "${QUANT_VENV:-$repo/.venv-quant}" \
   'import llmcompressor, compressed_tensors, datasets, transformers
 from llmcompressor import oneshot
 print("llmcompressor", llmcompressor.__version__, "compressed-tensors", compressed_tensors.__version__)' \
-  --quiet --no-deps
+  --no-deps

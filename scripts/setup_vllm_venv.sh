@@ -7,4 +7,4 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 exec "$repo/scripts/setup_venv.sh" "${VLLM_VENV:-$repo/.venv-vllm}" \
   "$repo/requirements-vllm.txt" \
   'import vllm, vllm.entrypoints.openai.api_server
-print("vllm", vllm.__version__)' --quiet --no-deps
+print("vllm", vllm.__version__)' --no-deps

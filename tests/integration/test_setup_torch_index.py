@@ -4,12 +4,14 @@ loopback PEP 503 index laid out like PyTorch's (`<index>/torch/` listing the CPU
 from this machine's wheel folder), and each script's pip commands run as `make setup` runs them,
 the install only resolved (SETUP_VENV_DRY_RUN: --dry-run --report). Checked: torch is the wheel
 that index served, every other package comes from PyPI, and the torch index is asked for torch
-and nothing else. Needs PyPI (CI reaches it) and the CPU wheel in /opt/wheels."""
+and nothing else. Where that index does not answer, one probe, one line, and torch from pip's
+own find-links. Needs PyPI (CI reaches it) and the CPU wheel in /opt/wheels."""
 
 import hashlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -136,3 +138,45 @@ def test_the_setup_script_resolves_with_pypi_and_the_torch_cpu_index_alone(
     resolved = {n: i["metadata"]["version"] for n, i in installs.items()}
     assert {n: resolved.get(n) for n in pins if n != "torch"} == \
         {n: v for n, v in pins.items() if n != "torch"}
+
+
+@pytest.fixture
+def silent_index():
+    """A torch index URL whose host takes the connection and never answers (a listening socket
+    nobody accepts on): what pip would wait on, then retry, for each of its retries."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(8)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}{INDEX_PATH}"
+    finally:
+        sock.close()
+
+
+def test_an_unreachable_torch_index_is_probed_once_then_pips_own_find_links_serve_torch(
+        silent_index, torch_wheel, tmp_path):
+    """The index is asked once, for TORCH_INDEX_PROBE_S seconds (2 here), one line says so, and
+    torch comes from what pip is configured with (PIP_FIND_LINKS here): no retries."""
+    links = tmp_path / "links"
+    links.mkdir()
+    (links / torch_wheel.name).symlink_to(torch_wheel)
+    report = tmp_path / "report.json"
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("PIP_")}
+    env.update(PIP_CONFIG_FILE=os.devnull, PIP_DISABLE_PIP_VERSION_CHECK="1",
+               PIP_FIND_LINKS=str(links), TORCH_INDEX_URL=silent_index, TORCH_INDEX_PROBE_S="2",
+               SETUP_VENV_DRY_RUN=str(report), PYTHON=sys.executable,
+               STACKS_VENV=str(tmp_path / "venv"))
+    done = subprocess.run([str(ROOT / "scripts" / "setup_stacks_venv.sh")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    said = [line for line in done.stderr.splitlines() if silent_index in line]
+    assert len(said) == 1 and "not reachable (timed out)" in said[0], done.stderr
+    assert f"torch=={TORCH} from pip's own configuration" in said[0]
+    assert "Retrying" not in done.stderr
+    installs = {re.sub(r"[-_.]+", "-", i["metadata"]["name"]).lower(): i
+                for i in json.loads(report.read_text())["install"]}
+    torch = installs.pop("torch")
+    assert torch["metadata"]["version"] == TORCH
+    assert unquote(torch["download_info"]["url"]).endswith("/" + torch_wheel.name)
+    assert not {n: i["download_info"]["url"] for n, i in installs.items()
+                if not i["download_info"]["url"].startswith(PYPI_FILES)}

@@ -40,3 +40,16 @@ def test_amx_is_compiled_out_on_an_amx_target(compiler):
         built = _macros(compiler, *flags)
         assert not {"__AMX_INT8__", "__AMX_TILE__", "__AMX_BF16__"} & built, flags
         assert {"__AVX512F__", "__AVX512VNNI__"} <= built, flags
+
+
+def test_the_build_makes_only_the_binaries_the_project_runs():
+    """`cmake --build --target ...` names exactly the llama.cpp programs some code runs from the
+    bin folder (`llama_bin / "llama-..."`): a cold build compiles nothing else."""
+    build = re.search(r"^cmake --build .*--target ((?:llama-[a-z-]+ ?)+)", SCRIPT.read_text(),
+                      re.MULTILINE)
+    assert build, "no `cmake --build ... --target` line in build_llama_cpp.sh"
+    sources = [*(PROJECT_ROOT / "include").rglob("*.py"), *(PROJECT_ROOT / "scripts").glob("*.py"),
+               *(PROJECT_ROOT / "benchmarks").rglob("*.py")]
+    run = {name for path in sources
+           for name in re.findall(r"llama_bin\(?\)?\s*/\s*\"(llama-[a-z-]+)\"", path.read_text())}
+    assert set(build.group(1).split()) == run

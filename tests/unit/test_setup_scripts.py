@@ -4,8 +4,10 @@ and torch's CPU build from one index (scripts/setup_venv.sh, which the Dockerfil
 tests/integration/test_setup_torch_index.py resolves the venvs against PyPI and a torch index."""
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -107,3 +109,146 @@ def test_a_torch_line_that_is_not_the_cpu_build_is_refused_before_any_venv(line,
     assert done.returncode == 1
     assert "pin torch's CPU build (torch==X+cpu)" in done.stderr and line in done.stderr
     assert not (tmp_path / "venv").exists()
+
+
+# scripts/steps.py: how `make setup`, `make run` and `make test` run their steps
+
+STEPS = ROOT / "scripts" / "steps.py"
+
+
+def _steps(folder: Path, makefile: str, *steps: str, **env: str) -> subprocess.CompletedProcess:
+    """steps.py run in ``folder`` on ``makefile`` as `make` runs it (stdout a pipe, as in CI)."""
+    (folder / "Makefile").write_text(makefile)
+    clean = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    return subprocess.run([sys.executable, str(STEPS), *steps], cwd=folder, capture_output=True,
+                          text=True, timeout=60, env={**clean, "SERVEBENCH_STEPS_T0": "", **env})
+
+
+# `a` and `b` each wait (10 s at most) for the other to have started: they pass only side by side
+SIDE_BY_SIDE = """\
+a:
+\t@echo "[ 50%] Building CXX object a.o"; touch a.started
+\t@for i in $$(seq 100); do test -e b.started && break; sleep 0.1; done; test -e b.started
+b:
+\t@echo "Collecting numpy==2.0"; touch b.started
+\t@for i in $$(seq 100); do test -e a.started && break; sleep 0.1; done; test -e a.started
+c:
+\t@test -e a.started -a -e b.started && echo "c after a and b"
+"""
+
+
+def test_steps_run_side_by_side_one_line_each_their_output_in_their_logs(tmp_path):
+    done = _steps(tmp_path, SIDE_BY_SIDE, "a", "b", "c:a,b")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    finished = [line for line in lines if line.endswith(")")]
+    assert sorted(line.split()[2] for line in finished) == ["a", "b", "c"]
+    assert all(re.fullmatch(r"\[ ?\d+:\d\d\] \S+ +done \(\d+ s\)", line) for line in finished)
+    assert finished[-1].split()[2] == "c"
+    # what the steps printed is in their logs, not on the terminal
+    assert "c after a and b" in (tmp_path / "build/logs/c.log").read_text()
+    assert "Building" not in done.stdout and "Collecting" not in done.stdout
+    # the first status line says what is running (off a terminal: a plain line)
+    assert [part.split()[0] for part in lines[0][len("[ 0:00] "):].split(" | ")] == ["a", "b"]
+
+
+FAILING = """\
+slow:
+\t@sleep 1; echo slow finished
+bad:
+\t@echo "x.cpp:12:3: error: 'y' was not declared"; for i in $$(seq 40); do echo "line $$i"; done; exit 3
+after-bad:
+\t@echo never
+"""
+
+
+def test_a_failing_step_names_its_log_and_shows_its_last_lines(tmp_path):
+    done = _steps(tmp_path, FAILING, "slow", "bad", "after-bad:bad")
+    assert done.returncode == 1
+    out = done.stdout
+    assert re.search(r"bad +FAILED \(exit 2\) after \d+ s; its log: build/logs/bad\.log", out)
+    shown = [line[4:] for line in out.splitlines() if line.startswith("  | ")]
+    # its last 30 lines, led by the first error line they lack
+    assert shown[0] == "(line 1) x.cpp:12:3: error: 'y' was not declared"
+    assert shown[2:-1] == [f"line {i}" for i in range(12, 41)] and "Error 3" in shown[-1]
+    assert "after-bad   not started: it needs bad" in out
+    assert re.search(r"slow +done", out)  # what was running finished
+    assert not (tmp_path / "build/logs/after-bad.log").exists()
+    assert out.splitlines()[-1].endswith("failed: bad (its log: build/logs/bad.log)")
+
+
+def test_on_a_terminal_the_progress_is_one_line_rewritten_in_place(tmp_path):
+    if not shutil.which("script"):
+        pytest.skip("no script(1) to run it on a terminal")
+    (tmp_path / "Makefile").write_text(SIDE_BY_SIDE)
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    done = subprocess.run(["script", "-qec", f"{sys.executable} {STEPS} a b c:a,b", "/dev/null"],
+                          cwd=tmp_path, capture_output=True, timeout=60,
+                          env={**env, "TERM": "xterm"})
+    out = done.stdout.decode()
+    assert done.returncode == 0, out
+    assert "\r\x1b[K[ 0:00] a" in out  # the status line, rewritten in place
+    # what stays on the screen: each line as its last rewrite left it -- the steps' lines only
+    screen = [line.rsplit("\x1b[K", 1)[-1].strip() for line in out.split("\n")]
+    assert sorted(line.split()[2] for line in screen if line) == ["a", "b", "c"]
+    assert all(re.fullmatch(r"\[ ?\d+:\d\d\] \S+ +done \(\d+ s\)", line) for line in screen if line)
+
+
+def test_progress_reads_the_compile_pip_and_the_dag_from_a_steps_log(tmp_path):
+    sys.path.insert(0, str(STEPS.parent))
+    try:
+        import steps
+    finally:
+        sys.path.remove(str(STEPS.parent))
+    log = tmp_path / "step.log"
+    seen = steps.Progress(log)
+    assert seen.read() == ""
+    for text, says in [
+        ("-- Configuring done\n", "-- Configuring done"),
+        ("[  3%] Building C object ggml.c.o\n[ 45%] Building CXX", "compiling 3%"),
+        ("X object llama.cpp.o\n", "compiling 45%"),
+    ]:
+        with log.open("a") as f:
+            f.write(text)
+        assert seen.read() == says
+    pip = steps.Progress(tmp_path / "pip.log")
+    (tmp_path / "pip.log").write_text("Collecting torch==2.13.0+cpu\nCollecting numpy==2.1\n")
+    assert pip.read() == "2 packages collected"
+    with (tmp_path / "pip.log").open("a") as f:
+        f.write("Installing collected packages: numpy, torch\n")
+    assert pip.read() == "installing 2 packages"
+    dag = steps.Progress(tmp_path / "dag.log")
+    (tmp_path / "dag.log").write_text(
+        "INFO - [DAG TEST] starting task_id=plan map_index=-1\n"
+        "INFO - [DAG TEST] end task task_id=plan map_index=-1\n"
+        "INFO - [DAG TEST] starting task_id=run_unit map_index=3\n")
+    assert dag.read() == "1 tasks done, run_unit"
+
+
+def test_a_steps_make_keeps_the_callers_variables_but_not_its_jobserver(monkeypatch):
+    sys.path.insert(0, str(STEPS.parent))
+    try:
+        import steps
+    finally:
+        sys.path.remove(str(STEPS.parent))
+    monkeypatch.setenv("MAKEFLAGS", r"k -j2 --jobserver-auth=3,4 -- Y=a\ b VLLM_VENV=/v")
+    assert steps.sub_make_env()["MAKEFLAGS"] == r"k -- Y=a\ b VLLM_VENV=/v"
+    monkeypatch.setenv("MAKEFLAGS", " -j")
+    assert steps.sub_make_env()["MAKEFLAGS"] == ""
+
+
+def test_every_step_the_makefile_runs_is_a_target_of_its_own():
+    """`make setup/run/test` name their steps; each still runs alone (`make vllm`)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
+    named = set()
+    for target in ("setup", "run", "test"):
+        done = subprocess.run(["make", "-n", "--no-print-directory", target], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        line = next(l for l in done.stdout.splitlines() if "scripts/steps.py" in l)
+        specs = line.split("scripts/steps.py", 1)[1].split()
+        named |= {s.split(":")[0] for s in specs}
+    assert {"venv", "stacks", "vllm", "quant", "llama", "models", "airflow-db", "dag"} == named
+    for step in sorted(named):
+        done = subprocess.run(["make", "-n", "--no-print-directory", step], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, (step, done.stderr)
