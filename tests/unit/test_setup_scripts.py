@@ -116,12 +116,17 @@ def test_a_torch_line_that_is_not_the_cpu_build_is_refused_before_any_venv(line,
 STEPS = ROOT / "scripts" / "steps.py"
 
 
-def _steps(folder: Path, makefile: str, *steps: str, **env: str) -> subprocess.CompletedProcess:
+def _env() -> dict[str, str]:
+    """This environment less the make (`make test`) and the steps' settings (.ci/run's) it runs in."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")
+            and not k.startswith(("STEPS_", "SERVEBENCH_STEPS_"))}
+
+
+def _steps(folder: Path, makefile: str, *steps: str) -> subprocess.CompletedProcess:
     """steps.py run in ``folder`` on ``makefile`` as `make` runs it (stdout a pipe, as in CI)."""
     (folder / "Makefile").write_text(makefile)
-    clean = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     return subprocess.run([sys.executable, str(STEPS), *steps], cwd=folder, capture_output=True,
-                          text=True, timeout=60, env={**clean, "SERVEBENCH_STEPS_T0": "", **env})
+                          text=True, timeout=60, env=_env())
 
 
 # `a` and `b` each wait (10 s at most) for the other to have started: they pass only side by side
@@ -181,10 +186,9 @@ def test_on_a_terminal_the_progress_is_one_line_rewritten_in_place(tmp_path):
     if not shutil.which("script"):
         pytest.skip("no script(1) to run it on a terminal")
     (tmp_path / "Makefile").write_text(SIDE_BY_SIDE)
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS")}
     done = subprocess.run(["script", "-qec", f"{sys.executable} {STEPS} a b c:a,b", "/dev/null"],
                           cwd=tmp_path, capture_output=True, timeout=60,
-                          env={**env, "TERM": "xterm"})
+                          env={**_env(), "TERM": "xterm"})
     out = done.stdout.decode()
     assert done.returncode == 0, out
     assert "\r\x1b[K[ 0:00] a" in out  # the status line, rewritten in place
