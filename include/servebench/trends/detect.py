@@ -1,6 +1,7 @@
 """Change points in one nightly series: Apache Otava's E-divisive means, made aware of the
 series' own noise (robust sigma, autocorrelation, outliers, an evidence test before Otava is
-asked, a drastic guard, a restart after each change). ``detect`` is pure: given nights 0..t
+asked, a drastic guard, a restart after each change); a share (accuracy) by its nights'
+counts pooled against the baseline's, without Otava. ``detect`` is pure: given nights 0..t
 and where the baseline starts, whether night t raises a change; the nightly detect step
 (``trends.series.detect_series``) and the replay call exactly this. The rules and why:
 docs/trends.md, "How the detector decides"."""
@@ -29,6 +30,10 @@ class DetectorSettings:
     """The detector's knobs; the defaults are the ones `benchmarks/trends_replay.py` measures."""
 
     z_alert: float = 3.0  # standard errors the after-mean must move
+    # ... for a share, its counts pooled (``baseline_level``): a drop at ``z_pooled``, a
+    # gain at ``z_pooled_gain`` -- the false alarms a share's test may cost spent on drops
+    z_pooled: float = 3.0
+    z_pooled_gain: float = 4.0
     min_sigmas: float = 1.0  # a change smaller than this many per-night sigmas is noise
     min_rel_change: float = 0.005  # ... and never one under 0.5% (continuous metrics)
     outlier_sigmas: float = 3.5
@@ -163,7 +168,7 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     clean = clean_outliers(seg, sigma, s.outlier_sigmas)
     higher_worse = direction == "higher_is_worse"
 
-    base = float(np.median(clean[:-1]))
+    base = baseline_level(clean[:-1], binomial_n)
     sigma = max(sigma, abs(base) * 1e-4, 1e-12)
     dev_last = (clean[-1] - base) / sigma
     # a disaster also lies well beyond the worst night the series has had: heavy-tailed
@@ -182,13 +187,31 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
         return Change(int(nights[c]), t, base, float(np.mean(seg[c:])),
                       worse=(dev_last > 0) == higher_worse, z=float(dev_last), drastic=True)
 
+    if binomial_n is None:
+        sigma *= recent_noise_factor(seg[-s.local_nights:], seg[:-1], s)
+    found = _step(clean, seg, prior if lean else prior[:0], needed, sigma, sigma_nights,
+                  binomial_n, higher_worse, s)
+    if found is None:
+        return None
+    c, before_level, after_mean, z = found
+    return Change(int(nights[c]), t, before_level, after_mean,
+                  worse=(z > 0) == higher_worse, z=z)
+
+
+def _step(clean: np.ndarray, seg: np.ndarray, lead: np.ndarray, needed: int, sigma: float,
+          sigma_nights: int, binomial_n: int | None, higher_worse: bool,
+          s: DetectorSettings) -> tuple[int, float, float, float] | None:
+    """(change index, level before, mean after, z) of a step that the last night of the
+    cleaned nights ``clean`` (``seg`` as measured) raises: the evidence test over the last
+    ``min_nights_after``..``recent`` nights, confirmed by Otava (shown ``lead``, the nights
+    before a restart, first) -- or, for a share, its counts pooled; else None."""
+    n = len(clean)
     ks = range(s.min_nights_after, min(s.recent, n - needed) + 1)
     if not ks:
         return None
-    if binomial_n is None:
-        sigma *= recent_noise_factor(seg[-s.local_nights:], seg[:-1], s)
+    base = baseline_level(clean[:-1], binomial_n)
     min_rel = smallest_change(sigma, base, binomial_n, s)
-    if not _worth_a_look(clean, ks, sigma, s):
+    if not _worth_a_look(clean, ks, sigma, s, binomial_n):
         return None
     # the evidence test with the change assumed k nights back: Otava (a few ms) runs only
     # when one of them passes
@@ -196,6 +219,15 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
                if (found := _evidence(clean, n - k, sigma, min_rel, s, raw=seg,
                                       binomial_n=binomial_n,
                                       sigma_nights=sigma_nights)) is not None]
+    if binomial_n:
+        # a share's counts are judged pooled (``_evidence``): its noise is known from the item
+        # count, and Otava, blind to it, missed half the drops the counts show
+        passing = [p for p in passing if ((p[2][2] > 0) == higher_worse)
+                   or p[0] >= s.z_pooled_gain]
+        if not passing:
+            return None
+        _, c, found = max(passing, key=lambda p: p[0])
+        return (c, *found)
     if not passing:
         return None
     # Otava decides whether and where the series changed; the noise test only refines the
@@ -203,23 +235,22 @@ def detect(values, direction: Direction, *, start: int = 0, binomial_n: int | No
     # (Otava wants a list: given an ndarray it ignores the window bounds it slides over)
     # (a short baseline after a restart is shown with the nights before it: Otava needs
     # nights on both sides, and finds the restart's own change there too)
-    lead = prior if lean else prior[:0]
-    shown = np.concatenate([lead, clean]) if lean else clean
+    shown = np.concatenate([lead, clean]) if len(lead) else clean
     points, _ = compute_change_points(shown.tolist(), window_len=s.window_len,
                                       max_pvalue=s.otava_pvalue, min_magnitude=min_rel)
     located = {int(cp.index) - len(lead) for cp in points}
     confirmed = [p for p in passing if any(abs(p[1] - i) <= s.locate_tolerance for i in located)]
     if not confirmed:
         return None
-    _, c, (before_level, after_mean, z) = max(confirmed, key=lambda p: p[0])
-    return Change(int(nights[c]), t, before_level, after_mean,
-                  worse=(z > 0) == higher_worse, z=z)
+    _, c, found = max(confirmed, key=lambda p: p[0])
+    return (c, *found)
 
 
 FIRST_LOOK = 0.8  # the first look asks this share of ``z_alert``
 
 
-def _worth_a_look(x: np.ndarray, ks: range, sigma: float, s: DetectorSettings) -> bool:
+def _worth_a_look(x: np.ndarray, ks: range, sigma: float, s: DetectorSettings,
+                  binomial_n: int | None = None) -> bool:
     """A cheap, permissive first look: does the mean of the last k nights, for any k in
     ``ks``, stand near ``z_alert`` (``FIRST_LOOK`` of it) standard errors off the level
     before all of them?"""
@@ -228,12 +259,13 @@ def _worth_a_look(x: np.ndarray, ks: range, sigma: float, s: DetectorSettings) -
     before = x[:len(x) - ks[-1]]
     if len(before) < 3:
         return False
-    level = float(np.median(before))
-    rho = lag1_autocorr(before - level)
+    level = baseline_level(before, binomial_n)
+    rho = 0.0 if binomial_n else lag1_autocorr(before - level)
     tail = x[len(x) - ks[-1]:]
     sums = np.cumsum(tail[::-1])
     for k in ks:
-        se = standard_error(sigma, sigma, rho, k, len(before))
+        se = standard_error(sigma, sigma, rho, k, len(before),
+                            pooled=is_pooled(binomial_n, len(before)))
         if abs(sums[k - 1] / k - level) >= FIRST_LOOK * s.z_alert * se:
             return True
     return False
@@ -248,7 +280,7 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
     before, after = x[lo:c], x[c:]
     if len(before) < 3 or len(after) < s.min_nights_after:
         return None
-    level = float(np.median(before))
+    level = baseline_level(before, binomial_n)
     if not level:
         return None
     # a share's binomial noise depends on its level: judge the nights after at theirs
@@ -290,8 +322,9 @@ def _evidence(x: np.ndarray, c: int, sigma: float, min_rel: float, s: DetectorSe
     w = s.last_night_slack * sigma
     after[-1] = min(max(after[-1], others.min() - w), others.max() + w)
     mean = float(after.mean())
-    rho = lag1_autocorr(before - level)
-    z = (mean - level) / standard_error(sigma, sigma_after, rho, len(after), len(before))
+    rho = 0.0 if binomial_n else lag1_autocorr(before - level)
+    z = (mean - level) / standard_error(sigma, sigma_after, rho, len(after), len(before),
+                                        pooled=is_pooled(binomial_n, len(before)))
     if abs(z) < z_needed(s, binomial_n, sigma_nights or len(before)) \
             or abs(mean / level - 1) < min_rel:
         return None
@@ -379,23 +412,46 @@ def smallest_change(sigma, level: float, binomial_n: int | None, s: DetectorSett
     return float(min_rel) if np.ndim(min_rel) == 0 else min_rel
 
 
-def standard_error(sigma: float, sigma_after, rho: float, after: int, before: int):
+def standard_error(sigma: float, sigma_after, rho: float, after: int, before: int, *,
+                   pooled: bool = False):
     """The standard error of (the mean of ``after`` nights of noise ``sigma_after``) minus
-    (the median of the ``before`` baseline nights of noise ``sigma``), AR(1) at lag-1
-    autocorrelation ``rho`` (a median varies pi/2 times as much as a mean). An array of
-    ``sigma_after`` gives an array."""
+    (the median of the ``before`` baseline nights of noise ``sigma`` -- their mean where
+    ``pooled``, a share's counts: ``baseline_level``), AR(1) at lag-1 autocorrelation
+    ``rho`` (a median varies pi/2 times as much as a mean). An array of ``sigma_after``
+    gives an array."""
+    level_var = 1.0 if pooled else 1.57
     se = np.sqrt(autocorr_factor(rho, after) * np.square(sigma_after) / after
-                 + 1.57 * autocorr_factor(rho, before) * sigma ** 2 / before)
+                 + level_var * autocorr_factor(rho, before) * sigma ** 2 / before)
     return float(se) if np.ndim(se) == 0 else se
+
+
+POOLED_NIGHTS = 10  # a share's baseline of this many nights is pooled (``baseline_level``)
+
+
+def is_pooled(binomial_n: int | None, nights: int) -> bool:
+    """Whether a baseline of ``nights`` nights is judged by its pooled counts: a share's,
+    of ``POOLED_NIGHTS`` nights or more (``baseline_level``)."""
+    return bool(binomial_n) and nights >= POOLED_NIGHTS
+
+
+def baseline_level(x: np.ndarray, binomial_n: int | None) -> float:
+    """The level a change is judged against: the median of the baseline nights (one wild
+    night moves it little); for a share's baseline of ``POOLED_NIGHTS`` or more, their mean
+    -- the nights' counts pooled as one binomial of ``nights x binomial_n`` items, whose
+    proportion is known to ``1/sqrt(nights)`` of one night's noise (the same items every
+    night: no night is wild but a broken one, which ``clean_outliers`` has already
+    replaced). A shorter one, after a restart, keeps the median: a change is dated to
+    within a night, and one night of the old level in a mean of four raised a second,
+    false, drop days later."""
+    return float(np.mean(x)) if is_pooled(binomial_n, len(x)) else float(np.median(x))
 
 
 def z_needed(s: DetectorSettings, binomial_n: int | None, sigma_nights: int) -> float:
     """Standard errors a move must stand off its baseline. Sigma itself is estimated from
     the baseline (and the nights before a restart, ``sigma_nights`` in all): on a short one,
-    ask for more. A share's binomial sigma is known from its count, not estimated (asking
-    more of it missed 5-point drops of 200 items: 47.8% found within a week against 60.9%,
-    benchmarks/trends_replay.py, seed 7)."""
-    return s.z_alert if binomial_n else s.z_alert * math.sqrt(1 + 8 / sigma_nights)
+    ask for more. A share's binomial sigma is known from its count, not estimated: its
+    pooled test asks ``z_pooled``."""
+    return s.z_pooled if binomial_n else s.z_alert * math.sqrt(1 + 8 / sigma_nights)
 
 
 def _relative_noise(x: np.ndarray, binomial_n: int | None) -> float | None:
@@ -407,5 +463,23 @@ def _relative_noise(x: np.ndarray, binomial_n: int | None) -> float | None:
 def _sigma(x: np.ndarray, binomial_n: int | None) -> float:
     if binomial_n:
         p = float(np.clip(np.median(x), 1.0 / binomial_n, 1 - 1.0 / binomial_n))
-        return math.sqrt(p * (1 - p) / binomial_n)
+        sigma = math.sqrt(p * (1 - p) / binomial_n)
+        return sigma * overdispersion(x, sigma)
     return noise_sigma(x)
+
+
+def overdispersion(x: np.ndarray, sigma: float, clip: float = 3.5) -> float:
+    """How many times the nights ``x`` of a share scatter wider than its binomial ``sigma``
+    (the root of their chi-square over its degrees of freedom, each night's deviation
+    clipped at ``clip`` sigmas: one broken night is an outlier, not the noise), where that
+    is beyond chance (chi-square 99%, Wilson-Hilferty) on ``POOLED_NIGHTS`` nights or more;
+    else 1. Nights that move together -- a grader, a template or a host that varies from
+    night to night -- make the counts' own binomial noise too narrow, and the pooled test
+    (``baseline_level``) would take their scatter for a change."""
+    if len(x) < POOLED_NIGHTS or sigma <= 0:
+        return 1.0
+    r = np.clip((x - np.median(x)) / sigma, -clip, clip)
+    df = len(x) - 1
+    chi2 = float(np.sum((r - r.mean()) ** 2))
+    q99 = df * (1 - 2 / (9 * df) + 2.326 * math.sqrt(2 / (9 * df))) ** 3
+    return math.sqrt(chi2 / df) if chi2 > q99 else 1.0

@@ -19,8 +19,10 @@ from servebench.trends.detect import (
     FIRST_LOOK,
     DetectorSettings,
     Direction,
+    baseline_level,
     baseline_noise,
     clean_outliers,
+    is_pooled,
     lag1_autocorr,
     recent_noise_factor,
     restart_prior,
@@ -69,8 +71,8 @@ def detectability(values, direction: Direction, *, start: int = 0,
         return None
     # on the K-th night of a step the detector sees the last ``lookback`` + 1 nights
     before = arr[nights[-(s.lookback + 1 - k):]]
-    level = float(np.median(clean_outliers(
-        before, baseline_noise(before, prior, binomial_n, s)[0], s.outlier_sigmas)))
+    level = baseline_level(clean_outliers(
+        before, baseline_noise(before, prior, binomial_n, s)[0], s.outlier_sigmas), binomial_n)
     if not level:
         return None
     rules = _Rules(before, level, prior, needed, direction, binomial_n, s)
@@ -82,6 +84,9 @@ def detectability(values, direction: Direction, *, start: int = 0,
     for _ in range(24):  # bisection to ~1e-7 of the level, rules 1-5
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if np.mean(rules.chance(mid)) < POWER else (lo, mid)
+    if binomial_n:  # a share's pooled counts are judged without Otava (detect.detect)
+        return Detectability(nights=found.nights, level=level, sigma=found.sigma,
+                             rho=found.rho, step=hi / abs(level))
     # Otava on the runs (a few ms each): the step up until the runs it confirms suffice. A
     # run Otava confirmed stays confirmed at a larger step; one it did not is tried again
     picked = np.unique(np.linspace(0, len(rules.runs) - 1, OTAVA_RUNS).round().astype(int))
@@ -115,7 +120,8 @@ class _Rules:
         self.factor = 1.0 if binomial_n else \
             recent_noise_factor(before[-s.local_nights:], before, s)
         self.sigma0 *= self.factor
-        self.rho = lag1_autocorr(clean - level)
+        self.pooled = is_pooled(binomial_n, m)
+        self.rho = 0.0 if binomial_n else lag1_autocorr(clean - level)
         # every run of K consecutive nights, as residuals the worse way up
         self.lean = bool(len(prior)) and m + k - 1 < s.min_baseline
         parts = [before / level - 1]
@@ -131,9 +137,10 @@ class _Rules:
         self.runs = np.concatenate([scale * runs for scale in scales])
         # the first look's level: the baseline less its last ``recent`` - K nights
         look = clean[:max(m + k - s.recent, needed)]
-        self.look_offset = self.worse * (float(np.median(look)) - level)
+        look_level = baseline_level(look, binomial_n)
+        self.look_offset = self.worse * (look_level - level)
         self.look_n = len(look)
-        self.look_rho = lag1_autocorr(look - float(np.median(look)))
+        self.look_rho = 0.0 if binomial_n else lag1_autocorr(look - look_level)
         self.pre = clean[-s.pre_nights:]
         self.pre_scatter = float(np.sum((self.pre - self.pre.mean()) ** 2))
         self.highest = abs(level) * (HIGHEST if self.worse > 0 else 1.0)
@@ -174,16 +181,18 @@ class _Rules:
         mean = (others.sum(axis=1) + last) / k
         margin = np.minimum.reduce([
             mean - np.maximum(z_needed(s, self.n, sigma_nights)
-                              * standard_error(sigma, judged, self.rho, k, m), floor),
+                              * standard_error(sigma, judged, self.rho, k, m,
+                                               pooled=self.pooled), floor),
             after.mean(axis=1) - self.look_offset - FIRST_LOOK * s.z_alert
-            * standard_error(sigma, sigma, self.look_rho, k, self.look_n),
+            * standard_error(sigma, sigma, self.look_rho, k, self.look_n,
+                             pooled=is_pooled(self.n, self.look_n)),
             after.min(axis=1)])
         # the nights just before the step scatter like the baseline (or nothing passes)
         still = self.pre_scatter / sigma ** 2 <= CHI2_99[len(self.pre) - 1] \
             if len(self.pre) >= 3 else True
-        # the baseline median's own error (standard_error without the nights after it)
+        # the baseline level's own error (standard_error without the nights after it)
         return np.where(still, stats.norm.cdf(
-            margin / standard_error(sigma, 0.0, self.rho, k, m)), 0.0)
+            margin / standard_error(sigma, 0.0, self.rho, k, m, pooled=self.pooled)), 0.0)
 
     def otava(self, delta: float, run: int) -> bool:
         """Whether Otava, shown the baseline and run ``run`` moved by ``delta`` as the
