@@ -16,7 +16,7 @@
 # an image runs on other machines than the one that built it).
 #
 # The build is cached under $SERVEBENCH_CACHE keyed by the sdist version and these flags, so
-# a second run costs nothing; a cold build takes ~4 min on 2 cores.
+# a second run costs nothing; a cold build takes 4 to 12 min on 2 cores (docs/benchmarks.md).
 # Prints the bin directory on its last line.
 set -euo pipefail
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
