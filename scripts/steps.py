@@ -39,6 +39,10 @@ COLLECTED = re.compile(r"^(?:Collecting|Requirement already satisfied:) ")
 INSTALLING = "Installing collected packages: "
 TASK_START = re.compile(r"\[DAG TEST\] starting task_id=(\S+)")
 TASK_END = "[DAG TEST] end task task_id="
+# inside the DAG's bench task (servebench's own log lines): the plan, each unit's start, each cell
+PLAN = re.compile(r"\] plan: (\d+) units on ")
+UNIT_START = re.compile(r"\] starting (\S+): ")
+CELL = re.compile(r"\] cell \S+ \([^)]*\): ")
 ERROR = re.compile(r"\berror\b|Error:|\*\*\*", re.IGNORECASE)
 
 
@@ -60,7 +64,8 @@ class Progress:
     """What a running step is doing, read from its log as it grows (only the new bytes are
     read: the DAG's log grows while cells are timed): the compile's percentage (cmake's
     `[ 45%]`), pip's packages collected then installed, the DAG's tasks finished and the one
-    running, else the log's last line."""
+    running (with the unit of the plan's that runs and the cells measured), else the log's
+    last line."""
 
     def __init__(self, log: Path):
         self.log = log
@@ -68,6 +73,8 @@ class Progress:
         self.partial = b""
         self.percent = self.collected = self.installing = self.tasks_done = None
         self.task = ""
+        self.units = self.unit_index = self.cells = 0
+        self.unit = ""
         self.last = ""
         self.installed = False
 
@@ -79,6 +86,12 @@ class Progress:
             self.task, self.tasks_done = m.group(1), self.tasks_done or 0
         elif TASK_END in line:
             self.tasks_done = (self.tasks_done or 0) + 1
+        elif m := PLAN.search(line):
+            self.units = int(m.group(1))
+        elif m := UNIT_START.search(line):
+            self.unit, self.unit_index = m.group(1), self.unit_index + 1
+        elif CELL.search(line):
+            self.cells += 1
         elif m := COMPILE.match(line):
             self.percent = int(m.group(1))
         elif line.startswith(INSTALLING):
@@ -103,7 +116,9 @@ class Progress:
 
     def summary(self) -> str:
         if self.tasks_done is not None:
-            return f"{self.tasks_done} tasks done, {self.task}"
+            units = (f": unit {self.unit_index} of {self.units} ({self.unit}), {self.cells} cells"
+                     if self.unit else "")
+            return f"{self.tasks_done} tasks done, {self.task}{units}"
         if self.percent is not None:
             return f"compiling {self.percent}%"
         if self.installed:

@@ -225,8 +225,14 @@ def test_progress_reads_the_compile_pip_and_the_dag_from_a_steps_log(tmp_path):
     (tmp_path / "dag.log").write_text(
         "INFO - [DAG TEST] starting task_id=plan map_index=-1\n"
         "INFO - [DAG TEST] end task task_id=plan map_index=-1\n"
-        "INFO - [DAG TEST] starting task_id=run_unit map_index=3\n")
-    assert dag.read() == "1 tasks done, run_unit"
+        "INFO - [DAG TEST] starting task_id=bench map_index=-1\n")
+    assert dag.read() == "1 tasks done, bench"
+    with (tmp_path / "dag.log").open("a") as f:
+        f.write("Z [info     ] plan: 12 units on 1 hosts, 48 cells from local.yaml [servebench.plan]\n"
+                "Z [info     ] starting adder-llamacpp--f16: llama-server --model f16.gguf\n"
+                "Z [info     ] cell adder-llamacpp/f16/fixed-64x32/c1 (c1): ok ttft p50 12.7 ms\n"
+                "Z [info     ] starting adder-vllm--awq: vllm serve\n")
+    assert dag.read() == "1 tasks done, bench: unit 2 of 12 (adder-vllm--awq), 1 cells"
 
 
 def test_a_steps_make_keeps_the_callers_variables_but_not_its_jobserver(monkeypatch):
