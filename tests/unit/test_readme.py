@@ -22,7 +22,7 @@ def _modules() -> list[Path]:
 def test_it_opens_with_the_two_commands_and_stays_short():
     assert README.splitlines()[3:5] == [
         "make run    # build everything, run the nightly_benchmark DAG on this machine, print the summary",
-        "make test   # the whole test suite (CI runs it through .ci/run)",
+        "make test   # the test suite (CI runs it through .ci/run); make proof: the multi-night proof",
     ]
     assert len(README.splitlines()) <= 160
 
