@@ -16,8 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 OWN = {"servebench", "__future__"}
 # run by the quantization venv's python (servebench.quantize.make), never imported by the library
 QUANT_VENV_FILES = ("include/servebench/quantize/oneshot.py",)
-# the tests' own helper modules, imported by name from their folder
-TEST_HELPERS = {p.stem for folder in ("tests", "benchmarks") for p in (ROOT / folder).rglob("*.py")}
+# the tests' own helper modules and the project's scripts (scripts/steps.py), imported by name
+# from their folder
+TEST_HELPERS = {p.stem for folder in ("tests", "benchmarks", "scripts")
+                for p in (ROOT / folder).rglob("*.py")}
 
 
 def _norm(name: str) -> str:
