@@ -137,24 +137,10 @@ TRENDED: dict[str, Metric] = {m.column: m for m in CATALOGUE if m.trended}
 ACCURACY = BY_COLUMN["accuracy"]
 
 
-def get_metric(column: str) -> Metric:
-    """The catalogue's metric of ``column``; KeyError names the known ones."""
-    try:
-        return BY_COLUMN[column]
-    except KeyError:
-        raise KeyError(f"no metric {column!r} in the catalogue; known: {sorted(BY_COLUMN)}") \
-            from None
-
-
 def metric_label(column: str) -> str:
     """``TTFT p95`` for ``ttft_ms_p95``; the column name for anything the catalogue lacks."""
     found = BY_COLUMN.get(column)
     return found.label if found else column
-
-
-def worse_sign(column: str) -> float:
-    """+1 where up is worse, -1 where down is (``Metric.worse_sign``)."""
-    return get_metric(column).worse_sign
 
 
 def trended(level: Level) -> tuple[Metric, ...]:

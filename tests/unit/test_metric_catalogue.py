@@ -20,7 +20,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "include" / "servebench"
 # a request latency's column: ttft_ms_p95, e2e_ms_mean
 LATENCY_COLUMN = re.compile(r"^(ttft|tpot|itl|e2e)_ms_(mean|p\d+)$")
 # calls and lookups whose string argument is a metric's column
-METRIC_CALLS = {"metric_label", "get_metric", "worse_sign"}
+METRIC_CALLS = {"metric_label"}
 METRIC_MAPS = {"BY_COLUMN", "TRENDED"}
 
 
