@@ -131,7 +131,6 @@ def refused_quants(engine: str) -> dict[str, str]:
 
 # a quant name that is a precision says the weights' dtype (the engines' --dtype choices)
 QUANT_DTYPES = {f.quant: f.dtype for f in FORMATS if f.dtype}
-PRECISIONS = frozenset(f.quant for f in FORMATS if f.kind == "precision")
 # a checkpoint quantized ahead of time -> the quant_method its config.json states
 PREQUANTIZED = {f.quant: f.quant_method for f in FORMATS if f.kind == "checkpoint"}
 # quant name -> the quant_methods a local checkpoint's config.json may state for it
