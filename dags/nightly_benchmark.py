@@ -2,7 +2,8 @@
 
 plan -> quantize (each recipe's checkpoint, cached) -> provision (setup) -> bench each host's
 (target, variant) units -> teardown (always)
--> publish Parquet -> detect (changes against the nights before) -> digest. Hosts run side
+-> publish Parquet -> detect (changes against the nights before) -> confirm (the suspects
+re-measured by interleaved relaunches) -> digest. Hosts run side
 by side, each its units one at a time; a paid instance is launched when its host's first unit
 is due and terminated when its last ends. The logic lives
 in ``servebench.pipeline``; this file wires it.
@@ -114,10 +115,24 @@ def nightly_benchmark():
 
         return pipeline.detect(summary)
 
-    @task
-    def digest(summary: dict) -> str:
+    # the night's suspects relaunched beside a reference on their hosts, acquired again (and
+    # torn down in every path): a change is confirmed or dismissed before the digest says it
+    @task(execution_timeout=timedelta(hours=2))
+    def confirm(plan: dict, summary: dict, dag_run=None, ti=None) -> dict:
+        from servebench import pipeline
+
+        return pipeline.confirm(plan, summary, dag_id=dag_run.dag_id, try_number=ti.try_number)
+
+    # all_done: a confirmation that failed still leaves the night's digest, as detected
+    @task(trigger_rule="all_done")
+    def digest(summary: dict | None) -> str:
+        from airflow.sdk.exceptions import AirflowSkipException
         from servebench.pipeline import send_digest
 
+        # the night was not detected: nothing to digest, and the task that failed is already
+        # heard and kept with its error (a second failure here would only repeat it)
+        if summary is None:
+            raise AirflowSkipException("the detect task did not run to the end: no digest")
         return send_digest(summary)
 
     planned = plan()
@@ -129,7 +144,9 @@ def nightly_benchmark():
     # after the teardown: the instances' billed time is final, and the cells are priced by it
     published = publish(planned, torn_down)
     benched >> published
-    digest(detect(published))  # the digest leads with what tonight changed
+    detected = detect(published)
+    # the digest leads with what tonight changed, as the relaunches confirmed it
+    confirm(planned, detected) >> digest(detected)
 
 
 nightly_benchmark()

@@ -30,6 +30,8 @@ VIEWS: dict[str, tuple[str, ...]] = {
     "board": ("output_throughput", "ttft_ms_p95"),
     # a newly failing cell's page: the first of these series it has (its typical request)
     "finding": ("ttft_ms_p50", "tpot_ms_p50", "output_throughput", "max_load_within_slo"),
+    # what a quiet night can make a suspect of, re-measured the same morning (trends.confirm)
+    "suspect": ("ttft_ms_p50", "tpot_ms_p50", "output_throughput"),
 }
 
 

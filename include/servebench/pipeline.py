@@ -1,10 +1,10 @@
 """The steps of a nightly run, one function per DAG task; the DAG file only wires them.
 
 plan -> quantize -> provision (setup) -> bench each host's units -> teardown (always)
--> publish -> detect -> digest. Steps exchange small JSON (XCom: the plan as ``Plan.to_xcom``);
+-> publish -> detect -> confirm -> digest. Steps exchange small JSON (XCom: the plan as ``Plan.to_xcom``);
 bulky rows go through the result store's scratch area so any worker can pick them up. The
 work of each step lives in its own module (``plan``, ``quantize``, ``bench.host``,
-``publish``, ``trends.judge``, ``notify.night``); this one holds the entry points and
+``publish``, ``trends.step``, ``bench.confirm``, ``notify.night``); this one holds the entry points and
 ``run_sweep``.
 """
 
@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from servebench.bench.confirm import confirm_night
 from servebench.bench.host import bench_host
 from servebench.bench.rows import cell_id
 from servebench.connections import airflow_url, open_store
@@ -177,6 +178,15 @@ def detect(summary: dict, settings: Settings | None = None) -> dict:
     return detect_night(summary, settings or get_settings())
 
 
+def confirm(plan: Plan | dict, summary: dict, settings: Settings | None = None, *,
+            dag_id: str = "", try_number: int = 1) -> dict:
+    """The confirm task: the night's suspects re-measured the same morning by interleaved
+    relaunches on their hosts (``bench.confirm.confirm_night``); the summary with its
+    verdict counts and its alert counts after them."""
+    return confirm_night(Plan.from_xcom(plan), summary, settings or get_settings(),
+                         dag_id=dag_id, try_number=try_number)
+
+
 def write_report(run_id: str, settings: Settings | None = None) -> str:
     """(Re)write the HTML report of committed run ``run_id`` beside the results; where."""
     settings = settings or get_settings()
@@ -203,7 +213,7 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
               on_units_done: Callable[[], None] | None = None) -> dict:
     """The nightly DAG's steps in this process, in its order: plan (``SpecError`` before
     anything is provisioned), quantize (each recipe's checkpoint), provision, each host's units (a crashed unit becomes failed
-    cells with its error), teardown in every path, publish, detect, digest. Its runs are a
+    cells with its error), teardown in every path, publish, detect, confirm, digest. Its runs are a
     history of their own (dag_id ``servebench-cli``), so ad-hoc runs never enter the nightly
     trends. The hooks see the recipes and units go by (``on_recipe`` each recipe's first unit
     before its checkpoint is made or found, ``on_units`` gets the plan before the first,
@@ -229,5 +239,5 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
         torn_down = teardown_run(provisioned, run_id, plan)
     summary = aggregate_and_publish(plan, run_id, now, CLI_DAG_ID, started_at=now,
                                     torn_down=torn_down)
-    summary = detect(summary)
+    summary = confirm(plan, detect(summary), dag_id=CLI_DAG_ID)
     return {**summary, "stopped": torn_down["stopped"], "digest": send_digest(summary)}

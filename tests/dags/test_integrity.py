@@ -58,9 +58,13 @@ def test_nightly_shape(bag):
     assert "hosts" in tasks["bench"].upstream_task_ids
     assert {"bench"} <= tasks["publish"].upstream_task_ids
     assert "publish" in tasks["detect"].upstream_task_ids
-    assert "detect" in tasks["digest"].upstream_task_ids  # the digest leads with what changed
+    # the digest leads with what changed, as the same morning's relaunches confirmed it; a
+    # confirmation that failed still leaves the digest
+    assert tasks["confirm"].upstream_task_ids == {"plan", "detect"}
+    assert tasks["digest"].upstream_task_ids == {"detect", "confirm"}
+    assert tasks["digest"].trigger_rule == "all_done"
     # every task that holds an instance is time-limited: a hung call must not keep a GPU
-    for held in ("provision", "bench", "teardown_hosts"):
+    for held in ("provision", "bench", "teardown_hosts", "confirm"):
         assert tasks[held].execution_timeout is not None, held
 
 

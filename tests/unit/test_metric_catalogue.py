@@ -119,7 +119,7 @@ def test_the_catalogue_is_consistent():
     assert release_thresholds() == {"ttft_ms_p95": 0.25, "tpot_ms_p50": 0.15,
                                     "output_throughput": 0.10, "goodput": 0.10}
     assert BY_COLUMN["output_throughput"].shown == ("digest", "compare", "levers", "board",
-                                                     "finding")
+                                                     "finding", "suspect")
     assert BY_COLUMN["tpot_ms_p95"].worse_sign == 1.0 and BY_COLUMN["goodput"].worse_sign == -1.0
 
 

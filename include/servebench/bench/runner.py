@@ -72,6 +72,8 @@ class VariantRunner:
         try_number: int = 1,
         prompt_seed: int | None = None,
         requests: dict[str, int] | None = None,
+        only_cells: set[tuple[str, str]] | None = None,
+        golden: bool = True,
         adapter: StackAdapter | None = None,
         build_prompts: Callable[..., list[PromptItem]] = build_prompts,
         run_load: Callable[..., LoadResult] = run_load_sync,
@@ -98,6 +100,9 @@ class VariantRunner:
             # the sweep's SLOs as the metrics read them: goodput's test, the SLO search's verdict
             slo=Slo(spec.slos.ttft_ms, spec.slos.tpot_ms, spec.slos.e2e_ms))
         self._run_golden_set = run_golden_set
+        # a re-measurement's (bench.confirm): only these (workload, load point label) cells,
+        # and no golden set (its answers are tonight's: accuracy is not what it asks)
+        self.only_cells, self.golden = only_cells, golden
 
     @property
     def result(self) -> VariantResult:
@@ -188,6 +193,8 @@ class VariantRunner:
         if died:
             self.rows.without_quality(f"the server had died: {_first(died)}")
             return
+        if not self.golden:
+            return
         t_golden = time.monotonic()
         try:
             run_golden(self.rows, endpoint, self._run_golden_set)
@@ -210,6 +217,9 @@ class VariantRunner:
             tokenizer = None
         for workload in self.spec.workloads if tokenizer else []:
             for point in self.spec.load.points_for(workload):
+                if self.only_cells is not None and \
+                        (workload.name, point.label) not in self.only_cells:
+                    continue
                 died = self._server_died()
                 if died:  # nothing more can be measured on a dead port
                     rows.failed_cell(workload.name, point, endpoint.argv,

@@ -35,6 +35,23 @@ class GateSpec(_Strict):
     floor: float = Field(0.99, gt=0, le=1, description="minimum accuracy relative to baseline")
 
 
+class ConfirmSpec(_Strict):
+    """The same morning's re-measurement of the night's suspects (``servebench.trends.confirm``):
+    each suspect variant relaunched ``launches`` times interleaved with a reference variant of
+    its target on the same host (ABBA), only its suspect cells measured, no golden set."""
+
+    launches: int = Field(3, ge=2, le=10,
+                          description="relaunches of each side (suspect and reference)")
+    budget_s: float = Field(
+        600.0, ge=0,
+        description="seconds the confirm task may spend, estimated from tonight's launches "
+                    "and cells; the suspects beyond it are listed as not re-measured")
+    suspect_sigmas: float = Field(
+        3.0, gt=0,
+        description="a series whose night is worse than its baseline's median by this many of "
+                    "its nights' noise (and by trends.min_change) is a suspect, alert or not")
+
+
 class TrendsSpec(_Strict):
     """How the nightly detector judges this sweep's history (``servebench.trends``)."""
 
@@ -53,6 +70,11 @@ class TrendsSpec(_Strict):
         description="the same for golden-set accuracy, in points: its noise is set by the "
                     "golden set's size, not the cells', and a relative step means different "
                     "drops at different levels (10% of 97% is 9.7 points)")
+    confirm: ConfirmSpec | None = Field(
+        default_factory=ConfirmSpec,
+        description="re-measure the night's suspects the same morning by interleaved "
+                    "relaunches (null: off); hosts released after their units (ec2) are "
+                    "listed as not re-measured")
 
 
 class CrossStackGroup(_Strict):

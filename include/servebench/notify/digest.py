@@ -345,7 +345,9 @@ def _hours(seconds) -> str:
 KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),
                ("newly_failing", "Newly failing cells"),
                ("host_change", ("Host changes (the target's variants moved together; "
-                                "nothing recorded changed)")))
+                                "nothing recorded changed)")),
+               ("unconfirmed", ("Not confirmed the same morning (the relaunches did not "
+                                "reproduce them: kept, not posted as regressions)")))
 
 
 def _alert_parts(r: dict) -> tuple[str | None, str, str, str | None, str]:
@@ -362,9 +364,11 @@ def _alert_parts(r: dict) -> tuple[str | None, str, str, str | None, str]:
     drastic = " (drastic, one night)" if r.get("drastic") is True else ""
     nights = r.get("nights_since")
     nights = MISSING if is_missing(nights) else f"{int(nights)} night{'s' * (int(nights) != 1)}"
+    confirmed = r.get("confirmation")
+    confirmed = "" if is_missing(confirmed) else f"; {confirmed}"
     return (f"{metric_label(fmt_text(r.get('metric')))} {change}", where,
             f"{_level(r.get('before'))} -> {_level(r.get('after'))} since ",
-            fmt_text(r.get("change_date")), f" ({nights}){drastic}")
+            fmt_text(r.get("change_date")), f" ({nights}){drastic}{confirmed}")
 
 
 def alert_line(r: dict, airflow_url: str | None = None, dag_id: str | None = None) -> str:
@@ -425,6 +429,50 @@ def change_lines(changes: pd.DataFrame, charts: dict[str, str] | None = None,
                        f"{fmt_text(records[0].get('change_date'))}; cause: {cause}")
             out += [f"  - {line(r)}" for r in records]
     return out
+
+
+VERDICT_WORDS = {"confirmed": "confirmed", "host": "the host", "dismissed": "not confirmed",
+                 "inconclusive": "inconclusive", "over_budget": "over the budget",
+                 "not_measured": "not re-measured"}
+
+
+def confirmation_parts(confirmations: pd.DataFrame | None
+                       ) -> tuple[str, list[tuple[str, str]]] | None:
+    """The same morning's re-measurement (``confirmations`` rows), plain text: how many
+    suspects, by how many relaunches, in what time, each verdict counted; then (where, what)
+    for each quiet suspect's verdict that no alert line carries (a confirmed one is a
+    regression). None without a suspect. ``confirmation_lines`` writes it as Markdown, the
+    report as HTML."""
+    if confirmations is None or confirmations.empty:
+        return None
+    counts = confirmations["verdict"].value_counts()
+    said = ", ".join(f"{VERDICT_WORDS[v]} {int(counts[v])}" for v in VERDICT_WORDS
+                     if v in counts)
+    sessions = confirmations.drop_duplicates(["target", "variant"])
+    variants = f"{len(sessions)} variant" + "s" * (len(sessions) != 1)
+    head = (f"{len(confirmations)} suspect series of {variants}, each relaunched "
+            f"{int(confirmations['launches'].max())} times beside a reference on its host, in "
+            f"{_hours(sessions['seconds'].dropna().sum())}: {said}")
+    lines = []
+    for r in confirmations.to_dict("records"):
+        if r.get("source") != "suspect" or r.get("verdict") == "confirmed":
+            continue
+        where = " / ".join(fmt_text(r.get(k)) for k in ("target", "variant", "workload",
+                                                         "load_point"))
+        lines.append((where, f"{metric_label(fmt_text(r.get('metric')))} "
+                             f"{float(r['night_change_pct']):+.1f}% tonight: "
+                             f"{fmt_text(r.get('words'))}"))
+    return head, lines
+
+
+def confirmation_lines(confirmations: pd.DataFrame | None) -> list[str]:
+    """``confirmation_parts`` as the digest's Markdown section."""
+    parts = confirmation_parts(confirmations)
+    if parts is None:
+        return []
+    head, lines = parts
+    return ["", "## Re-measured the same morning", "", f"- **{head}**",
+            *(f"- `{where}` {what}" for where, what in lines)]
 
 
 REQUESTS_ONLY_MARK = "\u2020"  # an interval over one night's requests only (levers.REQUESTS_ONLY)
@@ -500,7 +548,8 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                   charts: dict[str, str] | None = None,
                   levers: list[dict] | None = None, airflow_url: str | None = None,
                   reaped: list[dict] | None = None, missing: list | None = None,
-                  blind: list[str] | None = None) -> str:
+                  blind: list[str] | None = None,
+                  confirmations: pd.DataFrame | None = None) -> str:
     """Markdown digest of one run: header, what changed since the nights before (when the
     detect task ran), a table per target, then invalid/failed cells, then the instances the
     janitor had to terminate since the last digest (``reaped`` rows). ``charts`` maps a
@@ -508,7 +557,8 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
     URL) links the run and each change's night; ``missing``: the scheduled nights since the
     last one that have no committed run (``trends.series.missing_nights``); ``blind``: the
     lines saying which series cannot catch the sweep's step (``notify.detectable``), after
-    the alerts."""
+    the alerts; ``confirmations``: the same morning's re-measurement of the suspects
+    (``trends.confirm``), after the alerts."""
     charts = charts or {}
     out = _header(run, cells, results_uri, airflow_url)
     if missing:
@@ -520,6 +570,7 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         out.insert(3, "")
     if changes is not None:
         out += change_lines(changes, charts, airflow_url, run.get("dag_id"))
+    out += confirmation_lines(confirmations)
     out += blind or []
     records = cell_records(cells)
     if not records:

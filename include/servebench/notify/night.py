@@ -71,6 +71,7 @@ class Night:
     levers: list[dict]
     missing: list  # the scheduled nights since the last one that have no committed run
     detectability: pd.DataFrame  # what each series judged can catch (trends.detectability)
+    confirmations: pd.DataFrame  # the suspects re-measured the same morning (trends.confirm)
 
     @classmethod
     def load(cls, store: ResultStore, run_id: str) -> Night:
@@ -86,8 +87,10 @@ class Night:
                    if run.get("dag_id") == NIGHTLY_DAG_ID else [])  # only it has a schedule
         # what each series can catch, and its noise: the lever intervals' launch noise
         detectability = store.read_table("detectability", run_ids=[run_id]).to_pandas()
+        confirmations = store.read_table("confirmations", run_ids=[run_id]).to_pandas()
         return cls(run_id, run_date, cells, run, changes, charts, files, pngs,
-                   lever_rows(cells, requests, detectability), missing, detectability)
+                   lever_rows(cells, requests, detectability), missing, detectability,
+                   confirmations)
 
     def put_report(self, store: ResultStore, airflow_url: str | None = None) -> str:
         """The HTML report, beside the results (its raised lines linking their pages in the
@@ -96,7 +99,8 @@ class Night:
             report_path(self.run_date, self.run_id),
             render_report(self.cells, self.run, store.uri, self.changes, self.pngs,
                           self.levers, airflow_url=airflow_url,
-                          detectability=self.detectability))
+                          detectability=self.detectability,
+                          confirmations=self.confirmations))
 
     def tell(self, store: ResultStore, notifier: Notifier | None, *,
              airflow_url: str | None = None) -> str:
@@ -105,7 +109,8 @@ class Night:
         markdown = render_digest(self.cells, self.run, store.uri, self.changes,
                                  self.charts, self.levers, airflow_url=airflow_url,
                                  reaped=recently_reaped(store), missing=self.missing,
-                                 blind=blind_lines(self.detectability))
+                                 blind=blind_lines(self.detectability),
+                                 confirmations=self.confirmations)
         where = store.put_text(f"digests/date={self.run_date}/{encode_run_id(self.run_id)}.md",
                                markdown)
         log.info("report: %s", self.put_report(store, airflow_url))

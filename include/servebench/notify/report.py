@@ -21,6 +21,7 @@ from servebench.notify.digest import (
     KIND_TITLES,
     alert_html,
     cell_records,
+    confirmation_parts,
     finding_url,
     fmt_text,
     gate_lines,
@@ -38,7 +39,7 @@ h1 { font-size: 22px; } h2 { font-size: 17px; margin-top: 28px; border-bottom: 1
 table { border-collapse: collapse; font-size: 12.5px; margin: 8px 0; }
 th, td { border: 1px solid #d5dbe1; padding: 3px 7px; } td.num { text-align: right; }
 th { background: #f1f4f7; } .regression { color: #c0392b; } .improvement { color: #1e8449; }
-.host_change { color: #b9770e; }
+.host_change { color: #b9770e; } .unconfirmed { color: #6b7785; }
 .status-invalid, .status-failed { color: #c0392b; font-weight: 600; }
 img { max-width: 100%; border: 1px solid #eee; margin: 6px 0 14px; }
 code { background: #f4f4f4; padding: 1px 4px; } dt { font-weight: 600; }
@@ -97,7 +98,8 @@ def _lever_table(rows: list[dict]) -> str:
 def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
                   changes: pd.DataFrame | None, pngs: dict[str, bytes],
                   levers: list[dict] | None = None, airflow_url: str | None = None,
-                  detectability: pd.DataFrame | None = None) -> str:
+                  detectability: pd.DataFrame | None = None,
+                  confirmations: pd.DataFrame | None = None) -> str:
     """The report's HTML. ``pngs`` maps a series_id or ``target:<name>`` to a chart; with
     ``airflow_url`` (the UI's base URL) each raised line links its page in the Benchmarks
     view (absolute: the report is also read as a file, outside the view);
@@ -137,6 +139,12 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
         out.append("</ul>")
     if not shown:
         out.append("<p>No regressions, improvements, newly failing cells or host changes.</p>")
+    parts = confirmation_parts(confirmations)
+    if parts is not None:
+        head, lines = parts
+        out += ["<h2>Re-measured the same morning</h2>", f"<p>{escape(head)}</p>", "<ul>",
+                *(f"<li><code>{escape(where)}</code> {escape(what)}</li>"
+                  for where, what in lines), "</ul>"]
     blind = blind_lines(detectability, markdown=False)
     if blind:
         out += ["<h2>What the series cannot see</h2>", f"<p>{blind[0]}</p>"]

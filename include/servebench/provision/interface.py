@@ -222,6 +222,23 @@ def host_session(cls: type[Provisioner], run_id: str, state: dict | None,
             log.info("released %s's host: %s", [t.name for t in targets], released)
 
 
+@contextmanager
+def confirm_session(cls: type[Provisioner], run_id: str, targets: list[TargetSpec],
+                    settings: Settings, *, dag_id: str = "") -> Iterator[Provisioner]:
+    """The provisioner the same morning's relaunches run on (``bench.confirm``), after the
+    run's teardown: what ``targets`` need acquired again for run ``run_id`` (a state folder,
+    a namespace: nothing paid by the machine, whose kinds are not re-measured) and torn down
+    on exit, whatever happened in between."""
+    provisioner = cls.attach(run_id, cls.acquire(run_id, targets, settings, dag_id=dag_id),
+                             settings)
+    try:
+        yield provisioner
+    finally:
+        stopped = provisioner.teardown()
+        if stopped:
+            log.warning("the confirmation's teardown stopped what it left: %s", stopped)
+
+
 def container_problems(adapter: StackAdapter, variant: VariantSpec, *, port: int,
                        settings: Settings, kind: str
                        ) -> tuple[ContainerLaunch | None, list[str]]:

@@ -25,11 +25,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import statistics
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-from scipy import stats
 
 from servebench.bench import VariantRunner
 from servebench.config import SLOSpec, SweepSpec, VariantSpec, load_sweep
@@ -42,6 +40,7 @@ from servebench.plan import Plan, plan_spec
 from servebench.provision.interface import Provisioner
 from servebench.quantize.make import make_variant
 from servebench.settings import Settings, get_settings
+from servebench.trends.confirm import t_interval
 from servebench.workloads import draw_prompt_seed
 
 if TYPE_CHECKING:
@@ -184,15 +183,6 @@ def measure_gate(plan: Plan | dict, provisioned: dict, run_id: str,
             "evals": [{k: e.get(k) for k in EVAL_FIELDS} for e in measured["evals"]]}
 
 
-def _interval(changes: list[float]) -> tuple[float, float, float]:
-    mean = statistics.fmean(changes)
-    if len(changes) < 2:
-        return mean, -math.inf, math.inf
-    half = stats.t.ppf(0.975, len(changes) - 1) * statistics.stdev(changes) / \
-        math.sqrt(len(changes))
-    return mean, mean - half, mean + half
-
-
 def decide(spec: SweepSpec, params: ReleaseGateParams, measured: dict) -> dict:
     """The verdict: per cell and metric, quality, and overall (see the module doc)."""
     target = spec.targets[0]
@@ -221,7 +211,7 @@ def decide(spec: SweepSpec, params: ReleaseGateParams, measured: dict) -> dict:
                 row.update(verdict="inconclusive", reason=f"{len(pairs)} valid repetition "
                            "pair(s): cells failed or were invalid")
             else:
-                mean, lo, hi = _interval(pairs)
+                mean, lo, hi = t_interval(pairs)
                 row.update(worse_mean=mean, worse_ci_low=lo, worse_ci_high=hi)
                 if lo > 0 and mean > threshold:
                     row["verdict"] = "fail"

@@ -258,7 +258,10 @@ EVALS = pa.schema(
     ]
 )
 
-CHANGE_KINDS = ("regression", "improvement", "newly_failing", "gate_failure", "host_change")
+# unconfirmed: a change the same morning's relaunches did not reproduce (trends.confirm): kept,
+# never posted as a regression
+CHANGE_KINDS = ("regression", "improvement", "newly_failing", "gate_failure", "host_change",
+                "unconfirmed")
 
 CHANGES = pa.schema(
     _base()
@@ -282,6 +285,40 @@ CHANGES = pa.schema(
         _f("cause", _STR),  # what the provenance says changed at the change night
         _f("finding", _STR),  # alerts sharing a change night and a cause: one finding
         _f("reason", _STR),  # newly failing / gate failure: why
+        # what the same morning's relaunches said of it (trends.confirm; null: not re-measured)
+        _f("confirmation", _STR),
+    ]
+)
+
+# the same morning's re-measurement of a night's suspects (trends.confirm, bench.confirm): one
+# row per suspect series, re-measured or not, with its verdict
+CONFIRMATIONS = pa.schema(
+    _base()
+    + [
+        _f("series_id", _STR),
+        _f("target", _STR),
+        _f("stack", _STR),
+        _f("variant", _STR),
+        _f("workload", _STR),
+        _f("load_point", _STR),
+        _f("metric", _STR),
+        _f("source", _STR),  # alert (raised tonight) | suspect (worse beyond its noise)
+        _f("alert_kind", _STR),  # the alert's kind, before the verdict
+        _f("reference", _STR),  # the variant relaunched beside it (null: its own nights)
+        _f("launches", _I32),  # relaunches asked of each side
+        _f("pairs", _I32),  # relaunches (pairs) that measured the metric
+        _f("level", _F64),  # the baseline's level
+        _f("value", _F64),  # tonight's value
+        _f("night_change_pct", _F64),  # tonight against the baseline
+        _f("change_pct", _F64),  # the relaunches' change (against the reference's ratio)
+        _f("change_low_pct", _F64),  # its 95% interval
+        _f("change_high_pct", _F64),
+        _f("level_change_pct", _F64),  # the suspect's relaunches against its nights
+        _f("reference_change_pct", _F64),  # the reference's relaunches against its nights
+        _f("verdict", _STR),  # one of trends.confirm.VERDICTS
+        _f("words", _STR),  # the verdict as the digest says it
+        _f("seconds", _F64),  # the session's (its variant's relaunches) wall time
+        _f("values_json", _STR),  # each relaunch's value, suspect and reference
     ]
 )
 
@@ -410,6 +447,8 @@ REQUIRED: dict[str, tuple[str, ...]] = {
     "evals": ("schema_version", "run_id", "run_date", "target", "variant", "golden_set", "item_id"),
     "changes": ("schema_version", "run_id", "run_date", "series_id", "target", "metric", "kind"),
     "detectability": ("schema_version", "run_id", "run_date", "series_id", "metric"),
+    "confirmations": ("schema_version", "run_id", "run_date", "series_id", "metric",
+                      "verdict"),
     "reaped": ("schema_version", "run_date", "reaped_at", "instance_id", "reason"),
     "units": ("schema_version", "run_id", "run_date", "unit_id", "target", "variant"),
     "hosts": ("schema_version", "run_id", "run_date", "host", "target"),
@@ -429,6 +468,7 @@ TABLES: dict[str, pa.Schema] = {
     name: _finish(name, s)
     for name, s in {"runs": RUNS, "cells": CELLS, "requests": REQUESTS, "evals": EVALS,
                     "changes": CHANGES, "detectability": DETECTABILITY,
+                    "confirmations": CONFIRMATIONS,
                     "reaped": REAPED, "units": UNITS,
                     "hosts": HOSTS, "gate_verdicts": GATE_VERDICTS}.items()
 }

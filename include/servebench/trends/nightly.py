@@ -69,6 +69,9 @@ HOST_CHANGED = ("the host: the target's other variants (those with no recorded c
 HOST_CELL = ("the host: this cell's {metrics} moved with the target's other variants from "
              "that night, the same way, and nothing recorded changed")
 MOVES = ("regression", "improvement", "host_change")  # a series' change, raised once
+# ... and one the same morning's relaunches did not reproduce (trends.confirm): a series' change
+# still, drawn on its chart, but no restart of its baseline
+SERIES_KINDS = (*MOVES, "unconfirmed")
 HOST_SHARE = 0.5  # a sibling variant moved the same way by 0.5x to 2x as much
 HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nights
 
@@ -92,9 +95,7 @@ def night_changes(store: ResultStore, run_id: str, *, annotations: Iterable[Anno
     run_ids = runs["run_id"].tolist()
     earlier = store.read_table("changes", run_ids=run_ids[:-1]).to_pandas()
     night_of = dict(zip(runs["run_id"], runs["night"], strict=True))
-    alerted = (earlier[earlier["kind"].isin(MOVES)]
-               .assign(night=lambda f: f["change_run_id"].map(night_of))
-               .groupby("series_id")["night"].max().to_dict())
+    alerted = alerted_nights(earlier, night_of)
     dates = runs["run_date"].tolist()
     annotations = list(annotations)
 
@@ -151,10 +152,31 @@ def night_changes(store: ResultStore, run_id: str, *, annotations: Iterable[Anno
     rows = _held_for_their_cell(rows, earlier, series, night_of, tonight, s)
     rows += _newly_failing(cells, runs, tonight)
     rows += _gate_failures(cells, run_id)
-    _group(rows)
+    group_findings(rows)
     log.info("detect %s: %d alerts (%s)", run_id, len(rows),
              pd.Series([r["kind"] for r in rows], dtype=str).value_counts().to_dict())
     return Judged(rows, _detectability(judged, rows, night_of, _trends(spec_json), s))
+
+
+def alerted_nights(earlier: pd.DataFrame, night_of: dict[str, int]) -> dict[str, int]:
+    """Each series' last change night raised before tonight (``earlier``: the nights before's
+    ``changes``): where its baseline starts again."""
+    return (earlier[earlier["kind"].isin(MOVES)]
+            .assign(night=lambda f: f["change_run_id"].map(night_of))
+            .groupby("series_id")["night"].max().to_dict())
+
+
+def baseline_starts(store: ResultStore, runs: pd.DataFrame, series: pd.DataFrame,
+                    annotations: Iterable[Annotation] = ()) -> dict[str, int]:
+    """Where each series' baseline starts tonight, as ``night_changes`` judges it: after its
+    last change raised on an earlier night, or an annotation's reset."""
+    night_of = dict(zip(runs["run_id"], runs["night"], strict=True))
+    earlier = store.read_table("changes", run_ids=runs["run_id"].tolist()[:-1]).to_pandas()
+    alerted = alerted_nights(earlier, night_of)
+    dates, annotations = runs["run_date"].tolist(), list(annotations)
+    return {sid: max(int(alerted.get(sid, 0)),
+                     reset_night(annotations, group.iloc[-1].to_dict(), dates))
+            for sid, group in series.groupby("series_id", sort=True)}
 
 
 def _detectability(judged: list[tuple[dict, np.ndarray, int, int | None]],
@@ -430,7 +452,7 @@ def _gate_failures(cells: pd.DataFrame, run_id: str) -> list[dict]:
     return rows
 
 
-def _group(rows: list[dict]) -> None:
+def group_findings(rows: list[dict]) -> None:
     """Set ``finding``: one id per (kind, change night, cause)."""
     for row in rows:
         key = f"{row['kind']}|{row.get('change_run_id')}|{row.get('cause')}"

@@ -56,7 +56,7 @@ h1 { font-size: 20px; margin: 0 0 8px; } h2 { font-size: 16px; margin-top: 24px;
 border-bottom: 1px solid #ddd; } table { border-collapse: collapse; font-size: 12.5px; }
 th, td { border: 1px solid #d5dbe1; padding: 3px 7px; } td.num { text-align: right; }
 th { background: #f1f4f7; } .regression, .gate_failure, .newly_failing { color: #c0392b; }
-.improvement { color: #1e8449; } .host_change { color: #b9770e; }
+.improvement { color: #1e8449; } .host_change { color: #b9770e; } .unconfirmed { color: #6b7785; }
 img { max-width: 100%; border: 1px solid #eee; margin: 6px 8px 12px 0; }
 form.filters label { margin-right: 10px; } tr.differs td { background: #fff4e5; }
 tr.same td { color: #6b7785; }
@@ -247,12 +247,12 @@ def _nights_text(nights: list) -> str:
 
 def _finding_link(row: dict) -> str:
     """Where a raised line leads: its page (``render_finding``)."""
-    from servebench.trends.nightly import MOVES
+    from servebench.trends.nightly import SERIES_KINDS
 
     if not row.get("series_id"):
         return f"(<a href='{_report_href(row['run_id'])}'>report</a>)"
     href = f"finding?run_id={quote(row['run_id'])}&series_id={quote(row['series_id'])}"
-    text = "chart, what changed" if row["kind"] in MOVES else "its nights, what changed"
+    text = "chart, what changed" if row["kind"] in SERIES_KINDS else "its nights, what changed"
     return f"(<a class='finding' href='{escape(href, quote=True)}'>{text}</a>)"
 
 
@@ -274,7 +274,7 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
     from servebench.notify.charts import trend_chart
     from servebench.trends.attribution import cell_at
     from servebench.trends.detect import noise_sigma
-    from servebench.trends.nightly import MOVES, load_nights
+    from servebench.trends.nightly import SERIES_KINDS, load_nights
 
     alerts = store.read_table("changes", run_ids=[run_id]).to_pandas()
     found = alerts[alerts["series_id"] == series_id]
@@ -288,7 +288,7 @@ def render_finding(store: ResultStore, run_id: str, series_id: str) -> str | Non
     before_values = (points[points["night"] < night]["value"].to_numpy(dtype=float)
                      if night is not None else np.array([]))
     noise = noise_sigma(before_values) if len(before_values) >= 4 else None
-    if alert["kind"] not in MOVES and len(before_values):
+    if alert["kind"] not in SERIES_KINDS and len(before_values):
         drawn["before"] = float(np.median(before_values[-7:]))  # its level before
     # the runs on either side of the change night, and the alert's cell in each
     sides = ([(r.iloc[0].to_dict() if not r.empty else {})
@@ -336,10 +336,10 @@ def _catches_row(store: ResultStore, points: pd.DataFrame, run_ids: list) -> str
 
 def _charted(series: pd.DataFrame, alert: dict) -> tuple[pd.DataFrame, dict]:
     """(the nights a raised line's page draws, the line as its chart reads it)."""
-    from servebench.trends.nightly import MOVES
+    from servebench.trends.nightly import SERIES_KINDS
 
     kind = alert["kind"]
-    if kind in MOVES:
+    if kind in SERIES_KINDS:
         return series[series["series_id"] == alert["series_id"]].sort_values("night"), alert
     mine = ((series["target"] == alert.get("target")) & (series["stack"] == alert.get("stack"))
             & (series["variant"] == alert.get("variant")))
@@ -362,11 +362,11 @@ def _finding_facts(alert: dict, drawn: dict, cells_of: list[dict]
     """(the page's title as HTML, its before -> after rows: label, before, after, change);
     ``cells_of``: the alert's cell the night before the change night and on it."""
     from servebench.notify.digest import alert_html, fmt_text
-    from servebench.trends.nightly import MOVES
+    from servebench.trends.nightly import SERIES_KINDS
 
     kind = alert["kind"]
     label = metric_label(drawn["metric"]) if drawn.get("metric") else ""
-    if kind in MOVES:
+    if kind in SERIES_KINDS:
         return (f"{escape(kind.replace('_', ' '))}: {alert_html(alert)}",
                 [("level", _num(alert.get("before"), ".4g"), _num(alert.get("after"), ".4g"),
                   f"{_num(alert.get('change_pct'), '+.1f')}%")])

@@ -189,3 +189,41 @@ def test_a_variant_without_a_golden_set_reads_not_judged():
     assert "INCONCLUSIVE cpu/q8_0" not in section
     rows = summary_table(frame).splitlines()[2:]
     assert all("not judged" in row for row in rows if " q8_0 " in row)
+
+
+def test_the_morning_confirmation_is_said_with_each_alert_and_counted():
+    """A confirmed regression carries its interval; one the relaunches did not reproduce is
+    listed apart, never as a regression; the morning's re-measurement is counted, and a quiet
+    suspect it dismissed is named with its words (digest and report alike)."""
+    from servebench.notify.report import render_report
+
+    common = dict(run_id=RUN["run_id"], target="cpu", variant="q8_0", workload="chat",
+                  load_point="c4", before=10.0, after=13.0, change_pct=30.0, nights_since=1,
+                  change_date="2025-03-01", change_run_id="r", cause="nothing recorded")
+    changes = pd.DataFrame([
+        dict(common, series_id="a", kind="regression", metric="ttft_ms_p50", finding="f1",
+             confirmation="confirmed: TTFT p50 +31% [+22, +40] against f16, 3 relaunches "
+                          "each side"),
+        dict(common, series_id="b", kind="unconfirmed", metric="tpot_ms_p95", finding="f2",
+             confirmation="not confirmed: TPOT p95 +2% [-8, +12] against f16")])
+    rows = [dict(series_id=s, target="cpu", variant="q8_0", workload="chat", load_point="c4",
+                 metric=m, source=src, verdict=v, words=w, launches=3, seconds=42.0,
+                 night_change_pct=30.0)
+            for s, m, src, v, w in (
+                ("a", "ttft_ms_p50", "alert", "confirmed", "confirmed: ..."),
+                ("b", "tpot_ms_p95", "alert", "dismissed", "not confirmed: ..."),
+                ("c", "output_throughput", "suspect", "host", "the host: both slower"))]
+    md = render_digest(cells(), RUN, "s3://b", changes, confirmations=pd.DataFrame(rows))
+    regressions = md.split("## Regressions (1)", 1)[1].split("\n## ", 1)[0]
+    assert "confirmed: TTFT p50 +31% [+22, +40] against f16" in regressions
+    assert "TPOT p95" not in regressions
+    assert "## Not confirmed the same morning" in md and "not confirmed: TPOT p95 +2%" in md
+    section = md.split("## Re-measured the same morning", 1)[1].split("\n## ", 1)[0]
+    assert ("3 suspect series of 1 variant, each relaunched 3 times beside a reference on "
+            "its host, in 42.0 s: confirmed 1, the host 1, not confirmed 1") in section
+    assert "`cpu / q8_0 / chat / c4` output tok/s +30.0% tonight: the host: both slower" \
+        in section
+    table = cells().assign(cell_id=lambda f: [f"c{i}" for i in range(len(f))])
+    html = render_report(table, RUN, "s3://b", changes, {},
+                         confirmations=pd.DataFrame(rows))
+    assert "Re-measured the same morning" in html and "the host: both slower" in html

@@ -21,7 +21,8 @@ def cell(**kw):
 
 def test_every_table_has_schema_version_and_run_keys():
     assert set(TABLES) == {"runs", "cells", "requests", "evals", "changes",
-                           "detectability", "reaped", "units", "hosts", "gate_verdicts"}
+                           "detectability", "confirmations", "reaped", "units", "hosts",
+                           "gate_verdicts"}
     for name, schema in TABLES.items():
         assert schema.field("schema_version").type == pa.int32(), name
         assert schema.field("run_id").type == pa.string()

@@ -1,0 +1,401 @@
+"""The night's suspects, and the same morning's verdict on each from interleaved relaunches
+(``bench.confirm`` measures them; docs/trends.md, "Confirmed the same morning").
+
+A **suspect** is a cell series judged tonight that is worse than its baseline beyond its
+noise (``confirm.suspect_sigmas`` of its nights' robust sigma, and by ``trends.min_change``)
+whether the detector raised it or not, or any regression or host change raised tonight. Its
+variant is relaunched ``launches`` times interleaved with a **reference** -- a variant of its
+target with nothing recorded changed, its baseline first -- on the same host (ABBA), and only
+its suspect cells are measured. The verdict comes from tonight's launches alone: each
+relaunch pair's log ratio (suspect / reference) against the same ratio over the baseline's
+nights, a t-interval over the pairs (the launch-to-launch variance), widened by the
+uncertainty of the baseline's ratio."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from servebench.metric_catalogue import BY_COLUMN, metric_label, shown_in
+from servebench.trends.attribution import NOTHING_CHANGED, recorded_change
+from servebench.trends.detect import noise_sigma
+
+# the series a quiet night can make a suspect of: the typical request's (a tail's one night
+# is the host's stalled second more often than not; it is re-measured when raised)
+SUSPECT_METRICS = tuple(m.column for m in shown_in("suspect"))
+ALERT_KINDS = ("regression", "host_change")  # raised tonight: re-measured too
+MIN_BASELINE = 5  # nights before a quiet series' night can make it a suspect
+
+Verdict = Literal["confirmed", "host", "dismissed", "inconclusive", "over_budget",
+                  "not_measured"]
+VERDICTS: tuple[str, ...] = Verdict.__args__  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Suspect:
+    """One series to re-measure: where, what tonight showed against its baseline."""
+
+    series_id: str
+    target: str
+    stack: str
+    variant: str
+    workload: str
+    load_point: str
+    metric: str
+    source: Literal["alert", "suspect"]
+    value: float  # tonight's
+    level: float  # the baseline's median
+    noise: float  # its robust per-night sigma
+    start: int  # the baseline's first night
+    night: int  # the change night (an alert's) or tonight
+    alert_kind: str | None = None
+
+    @property
+    def sign(self) -> float:
+        return BY_COLUMN[self.metric].worse_sign
+
+    @property
+    def worse(self) -> float:
+        """Tonight's change against the baseline, positive = worse (a log ratio)."""
+        return self.sign * math.log(self.value / self.level)
+
+    @property
+    def cell(self) -> tuple[str, str]:
+        return self.workload, self.load_point
+
+
+def find_suspects(series: pd.DataFrame, alerts: list[dict], starts: dict[str, int],
+                  night_of: dict[str, int], tonight: int, *, sigmas: float,
+                  min_change: float) -> list[Suspect]:
+    """Tonight's suspects, alerts first, then the most sigmas off first. ``starts``: each
+    series' baseline start as the detector had it; ``alerts`` tonight's ``changes`` rows."""
+    raised = {a["series_id"]: a for a in alerts
+              if a.get("kind") in ALERT_KINDS and a.get("workload") is not None}
+    out: list[tuple[float, Suspect]] = []
+    for sid, group in series.groupby("series_id", sort=True):
+        last = group.iloc[-1]
+        metric = BY_COLUMN.get(last["metric"])
+        if last["night"] != tonight or metric is None or metric.level != "cell" \
+                or last["workload"] is None or pd.isna(last["workload"]):
+            continue
+        alert = raised.get(sid)
+        if alert is None and last["metric"] not in SUSPECT_METRICS:
+            continue
+        night = night_of.get(alert["change_run_id"], tonight) if alert else tonight
+        start = starts.get(sid, 0)
+        before = group[(group["night"] >= start) & (group["night"] < night)]["value"]
+        before = before.to_numpy(dtype=float)
+        value = float(last["value"])
+        if alert is not None and not pd.isna(alert.get("before")):
+            level = float(alert["before"])
+        elif len(before) >= MIN_BASELINE:
+            level = float(np.median(before))
+        else:
+            continue
+        if level <= 0 or value <= 0:
+            continue
+        noise = noise_sigma(before) if len(before) >= 4 else 0.0
+        worse = metric.worse_sign * (value - level)
+        z = worse / max(noise, abs(level) * 1e-3)
+        if alert is None and not (z > sigmas and worse > min_change * abs(level)):
+            continue
+        out.append(((0 if alert else 1, -z), Suspect(
+            series_id=sid, target=last["target"], stack=last["stack"],
+            variant=last["variant"], workload=last["workload"],
+            load_point=last["load_point"], metric=last["metric"],
+            source="alert" if alert else "suspect", value=value, level=level, noise=noise,
+            start=start, night=night, alert_kind=alert["kind"] if alert else None)))
+    return [s for _, s in sorted(out, key=lambda pair: pair[0])]
+
+
+@dataclass
+class Session:
+    """One suspect variant's relaunches against its reference: every suspect of that
+    variant, the cells they need (each measured once per launch)."""
+
+    target: str
+    variant: str
+    reference: str | None
+    suspects: list[Suspect] = field(default_factory=list)
+    estimate_s: float = 0.0
+    why_no_reference: str | None = None
+
+    @property
+    def cells(self) -> list[tuple[str, str]]:
+        return list(dict.fromkeys(s.cell for s in self.suspects))
+
+
+def sessions_for(suspects: list[Suspect], variants: dict[str, list[str]],
+                 cells: pd.DataFrame, runs: pd.DataFrame) -> list[Session]:
+    """The suspects grouped by variant, in the order of their first suspect, each with its
+    reference: the first of its target's ``variants`` (baseline first) other than itself
+    whose cells tonight are ok on every suspect cell and whose provenance recorded no change
+    from the suspects' change nights to tonight (a reference that changed too cannot tell
+    the variant from the change); None, with why, where none is left."""
+    out: dict[tuple[str, str], Session] = {}
+    for s in suspects:
+        session = out.get((s.target, s.variant))
+        if session is None:
+            session = out[(s.target, s.variant)] = Session(s.target, s.variant, None)
+        session.suspects.append(s)
+    tonight_run = runs["run_id"].iloc[-1]
+    tonight = cells[cells["run_id"] == tonight_run]
+    for session in out.values():
+        nights = sorted({s.night for s in session.suspects})
+        why = "the target has no other variant"
+        for name in variants.get(session.target, []):
+            if name == session.variant:
+                continue
+            mine = tonight[(tonight["target"] == session.target)
+                           & (tonight["variant"] == name)]
+            ok = {(w, p) for w, p, st in zip(mine["workload"], mine["load_point"],
+                                             mine["status"], strict=True) if st == "ok"}
+            if not set(session.cells) <= ok:
+                why = f"{name}'s cells were not ok tonight"
+                continue
+            row = mine.iloc[0].to_dict()
+            if any(recorded_change(cells, runs, row, n) != NOTHING_CHANGED
+                   for n in range(min(nights), len(runs))):
+                why = f"{name}'s own provenance changed"
+                continue
+            session.reference = name
+            break
+        session.why_no_reference = None if session.reference else why
+    return list(out.values())
+
+
+def estimate_s(session: Session, units: pd.DataFrame, cells: pd.DataFrame,
+               launches: int) -> float:
+    """Seconds ``session`` will take: ``launches`` relaunches of each side, priced at
+    tonight's launch, warm-up and stop of each and its suspect cells' measured seconds."""
+    total = 0.0
+    for variant in filter(None, (session.variant, session.reference)):
+        unit = units[(units["target"] == session.target) & (units["variant"] == variant)]
+        mine = cells[(cells["target"] == session.target) & (cells["variant"] == variant)]
+        picked = mine[[(w, p) in session.cells for w, p in
+                       zip(mine["workload"], mine["load_point"], strict=True)]]
+        fixed = 0.0
+        if not unit.empty:
+            u = unit.iloc[0]
+            share = len(picked) / max(len(mine), 1)
+            fixed = sum(_num(u.get(k)) for k in ("load_s", "stop_s")) \
+                + share * _num(u.get("warmup_s"))
+        total += launches * (fixed + float(picked["duration_s"].fillna(0).sum()))
+    return total
+
+
+def within_budget(sessions: list[Session], budget_s: float) -> tuple[list[Session],
+                                                                      list[Session]]:
+    """(the sessions that fit ``budget_s``, in order, the rest): a session is skipped, not
+    the ones after it, when it alone would overrun what is left."""
+    kept, over, left = [], [], budget_s
+    for session in sessions:
+        if session.estimate_s <= left:
+            kept.append(session)
+            left -= session.estimate_s
+        else:
+            over.append(session)
+    return kept, over
+
+
+def _num(v) -> float:
+    return 0.0 if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """A suspect's verdict; effects are the metric's own relative change (+0.14: 14% higher),
+    the interval's ends in the same terms."""
+
+    verdict: Verdict
+    words: str
+    change: float | None = None
+    low: float | None = None
+    high: float | None = None
+    level_change: float | None = None  # the suspect's relaunches against its nights
+    reference_change: float | None = None  # the reference's relaunches against its nights
+    pairs: int = 0
+
+
+def t_interval(values: list[float], extra_se: float = 0.0,
+               confidence: float = 0.95) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of ``values`` with a two-sided t-interval from their own
+    spread, its standard error widened by ``extra_se`` (an independent error of the mean's
+    reference point). Infinite ends below two values."""
+    mean = float(np.mean(values))
+    if len(values) < 2:
+        return mean, -math.inf, math.inf
+    se = math.sqrt(float(np.var(values, ddof=1)) / len(values) + extra_se ** 2)
+    half = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)) * se
+    return mean, mean - half, mean + half
+
+
+def _history(series: pd.DataFrame, sid: str) -> pd.Series:
+    mine = series[series["series_id"] == sid]
+    return pd.Series(mine["value"].to_numpy(dtype=float), index=mine["night"].to_numpy())
+
+
+def reference_series_id(series: pd.DataFrame, suspect: Suspect, reference: str) -> str | None:
+    """The reference variant's series of the suspect's cell and metric (same hardware)."""
+    mine = series[(series["target"] == suspect.target) & (series["variant"] == reference)
+                  & (series["workload"] == suspect.workload)
+                  & (series["load_point"] == suspect.load_point)
+                  & (series["metric"] == suspect.metric)]
+    return None if mine.empty else str(mine["series_id"].iloc[-1])
+
+
+def _pct(log_change: float) -> float:
+    return math.expm1(log_change)
+
+
+def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
+          series: pd.DataFrame, reference: str | None, *, min_change: float,
+          launches: int) -> Judgement:
+    """The verdict on ``suspect`` from its relaunches' ``values`` and, paired launch by
+    launch, its reference's (``ref_values``; None without a reference):
+
+    confirmed     the interval of its worsening against the reference (else against its own
+                  nights) is above 0 and its mean at least ``min_change``
+    host          not so against the reference, but both sides are slower than their own
+                  nights: the host, not the variant
+    dismissed     the interval's worse end is under ``min_change``, or under what tonight's
+                  night showed: that night does not reproduce (one launch's excursion)
+    inconclusive  otherwise (more relaunches would tell)
+    """
+    sign, floor = suspect.sign, math.log1p(min_change)
+    label = metric_label(suspect.metric)
+    history = _history(series, suspect.series_id)
+    base = history[(history.index >= suspect.start) & (history.index < suspect.night)]
+    level_d = [sign * math.log(v / suspect.level) for v in values if v and v > 0]
+    level_mean = float(np.mean(level_d)) if level_d else None
+    pairs: list[float] = []
+    extra_se, ref_level_d, against = 0.0, [], "against its own nights (no reference: {why})"
+    sid = reference_series_id(series, suspect, reference) if reference else None
+    if reference and ref_values is not None and sid is not None:
+        ref_hist = _history(series, sid)
+        both = pd.concat([base, ref_hist], axis=1, join="inner").dropna()
+        both = both[(both.iloc[:, 0] > 0) & (both.iloc[:, 1] > 0)]
+        if len(both) >= 3:
+            logs = np.log(both.iloc[:, 0].to_numpy() / both.iloc[:, 1].to_numpy())
+            q0 = float(np.median(logs))
+            extra_se = 1.2533 * noise_sigma(logs) / math.sqrt(len(logs)) if len(logs) >= 4 \
+                else float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
+            pairs = [sign * (math.log(v / r) - q0) for v, r in zip(values, ref_values,
+                                                                   strict=True)
+                     if v and r and v > 0 and r > 0]
+            ref_level = float(np.median(ref_hist[(ref_hist.index >= suspect.start)
+                                                 & (ref_hist.index < suspect.night)]))
+            ref_level_d = [sign * math.log(r / ref_level) for r in ref_values if r and r > 0]
+            against = f"against {reference}"
+    if not pairs:  # no reference, or no history of its ratio: the suspect's own nights
+        pairs = level_d
+        extra_se = 1.2533 * suspect.noise / suspect.level / math.sqrt(max(len(base), 1))
+        if "{why}" in against:
+            against = against.format(why=reference and "its ratio has no history"
+                                     or "none usable")
+    if len(pairs) < 2:
+        return Judgement("inconclusive", f"inconclusive: {len(pairs)} of {launches} "
+                         f"relaunches measured {label}", pairs=len(pairs),
+                         level_change=_pct(sign * level_mean) if level_mean is not None
+                         else None)
+    mean, lo, hi = t_interval(pairs, extra_se)
+    each = f"{launches} relaunches each side" if ref_level_d else f"{launches} relaunches"
+
+    def shown(d: float) -> str:
+        return f"{100 * _pct(sign * d):+.0f}"
+
+    ends = sorted((shown(lo), shown(hi)), key=float)
+    told = f"{label} {shown(mean)}% [{ends[0]}, {ends[1]}] {against}, {each}"
+    ref_mean = float(np.mean(ref_level_d)) if ref_level_d else None
+    result = {"change": _pct(sign * mean), "low": _pct(sign * (lo if sign > 0 else hi)),
+              "high": _pct(sign * (hi if sign > 0 else lo)),
+              "level_change": _pct(sign * level_mean) if level_mean is not None else None,
+              "reference_change": _pct(sign * ref_mean) if ref_mean is not None else None,
+              "pairs": len(pairs)}
+    if lo > 0 and mean >= floor:
+        return Judgement("confirmed", f"confirmed: {told}", **result)
+    if ref_level_d and len(level_d) >= 2 and len(ref_level_d) >= 2:
+        _, level_lo, _ = t_interval(level_d)
+        _, ref_lo, _ = t_interval(ref_level_d)
+        if level_lo > 0 and ref_lo > 0:
+            return Judgement("host", f"the host: {told}; both sides slower than their "
+                             f"nights ({label} {shown(level_mean)}% and "
+                             f"{shown(ref_mean)}%)", **result)
+    if hi < floor or hi < suspect.worse:
+        night = f"{100 * _pct(sign * suspect.worse):+.0f}%"
+        return Judgement("dismissed", f"not confirmed: {told}; the night's {night} did not "
+                         "reproduce (one launch's excursion)", **result)
+    return Judgement("inconclusive", f"inconclusive: {told}", **result)
+
+
+def confirmation_row(suspect: Suspect, judgement: Judgement, reference: str | None,
+                     launches: int, seconds: float | None, values: list[float],
+                     ref_values: list[float] | None) -> dict:
+    """A ``confirmations`` row: the suspect, what tonight showed, the verdict."""
+    return {
+        "series_id": suspect.series_id, "target": suspect.target, "stack": suspect.stack,
+        "variant": suspect.variant, "workload": suspect.workload,
+        "load_point": suspect.load_point, "metric": suspect.metric, "source": suspect.source,
+        "alert_kind": suspect.alert_kind, "reference": reference, "launches": launches,
+        "level": suspect.level, "value": suspect.value,
+        "night_change_pct": 100 * (suspect.value / suspect.level - 1),
+        "change_pct": _pct100(judgement.change), "change_low_pct": _pct100(judgement.low),
+        "change_high_pct": _pct100(judgement.high),
+        "level_change_pct": _pct100(judgement.level_change),
+        "reference_change_pct": _pct100(judgement.reference_change),
+        "pairs": judgement.pairs, "verdict": judgement.verdict, "words": judgement.words,
+        "seconds": seconds,
+        "values_json": json.dumps({"suspect": values, "reference": ref_values}),
+    }
+
+
+def _pct100(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else 100 * v
+
+
+CONFIRMED_HOST = "the host, re-measured the same morning: {words}"
+
+
+def with_verdicts(alerts: list[dict], verdicts: list[dict], runs: pd.DataFrame,
+                  causes: dict[str, str]) -> list[dict]:
+    """Tonight's ``changes`` rows after the confirmation (``verdicts``: ``confirmations``
+    rows): each re-measured alert carries its verdict's words (``confirmation``); one
+    dismissed is ``unconfirmed`` (kept, never posted as a regression, its series not
+    restarted), one the host moved is a ``host_change``; a quiet series' suspect confirmed
+    is tonight's regression, with its recorded cause (``causes``, by series) or none."""
+    by_series = {v["series_id"]: v for v in verdicts}
+    out = []
+    for row in alerts:
+        found = by_series.pop(row.get("series_id"), None) \
+            if row.get("kind") in ALERT_KINDS else None
+        if found is None:
+            out.append(row)
+            continue
+        row = {**row, "confirmation": found["words"]}
+        if found["verdict"] == "dismissed":
+            row["kind"] = "unconfirmed"
+        elif found["verdict"] == "host":
+            row["kind"], row["cause"] = "host_change", CONFIRMED_HOST.format(
+                words=found["words"])
+        out.append(row)
+    tonight = len(runs) - 1
+    for found in by_series.values():
+        if found["source"] != "suspect" or found["verdict"] != "confirmed":
+            continue
+        out.append({
+            "series_id": found["series_id"],
+            **{k: found[k] for k in ("target", "stack", "variant", "workload", "load_point",
+                                     "metric")},
+            "kind": "regression", "before": found["level"], "after": found["value"],
+            "change_pct": found["night_change_pct"], "drastic": False,
+            "change_date": runs["run_date"].iloc[tonight],
+            "change_run_id": runs["run_id"].iloc[tonight], "nights_since": 1,
+            "cause": causes.get(found["series_id"], NOTHING_CHANGED),
+            "confirmation": found["words"]})
+    return out
