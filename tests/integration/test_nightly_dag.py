@@ -16,14 +16,13 @@ from servebench.stacks.vllm import cpu_flags
 pytestmark = pytest.mark.integration
 
 SWEEP = "include/sweeps/local.yaml"
-QUANTIZED = ("w8a8-int8", "w4a16-gptq", "w4a16-awq", "f32-kv-fp8")
+QUANTIZED = ("w8a8-int8", "w4a16-gptq", "w4a16-awq", "bf16-kv-fp8")
 # what the plan refuses on this worker's CPU (this kind of worker's CPUs vary), by variant,
-# with a phrase of its reason: vLLM's CPU build runs 4-bit weights on AVX-512F CPUs only, and
-# with AMX its W8A8 kernel computes in bfloat16 or half only (the local default's is float32)
-WHY = {**({} if "avx512f" in cpu_flags() else
-          dict.fromkeys(["w4a16-gptq", "w4a16-awq"], "built only for CPUs with avx512f")),
-       **({"w8a8-int8": "int8_scaled_mm_with_quant, which computes in bfloat16 or float16"}
-          if "amx_tile" in cpu_flags() else {})}
+# with a phrase of its reason: below AVX-512 vLLM's CPU build has no 4-bit weight kernel and no
+# fp8 KV cache; on AVX-512 and AMX workers nothing (the target computes in bfloat16)
+WHY = {} if "avx512f" in cpu_flags() or "amx_tile" in cpu_flags() else {
+    **dict.fromkeys(["w4a16-gptq", "w4a16-awq"], "built only for CPUs with avx512f"),
+    "bf16-kv-fp8": "keeps an fp8 KV cache only on CPUs with avx512f or amx_tile"}
 REFUSED = set(WHY)
 
 
@@ -113,7 +112,7 @@ def test_golden_set_accuracy(published):
     assert len(set(n_items)) == 1 and n_items.iloc[0] >= 100
     assert acc[("adder-llamacpp", "f16")] >= 0.9
     assert acc[("adder-transformers", "f32")] >= 0.9
-    assert acc[("adder-vllm", "f32")] >= 0.9
+    assert acc[("adder-vllm", "bf16")] >= 0.9
     cells = store.read_table("cells").to_pandas()
     cells = cells[~cells["variant"].isin(REFUSED)]  # refused at plan: nothing measured
     f16 = cells[cells["variant"] == "f16"]["accuracy"]
@@ -121,7 +120,7 @@ def test_golden_set_accuracy(published):
 
 
 @pytest.mark.parametrize("stack, nocache", [("llama_cpp", "f16-nocache"),
-                                            ("vllm", "f32-nocache")])
+                                            ("vllm", "bf16-nocache")])
 def test_prefix_cache_shows_on_shared_prefix_only(published, stack, nocache):
     _, store, _ = published
     cells = store.read_table("cells").to_pandas()
@@ -196,7 +195,7 @@ def test_detect_attached_the_nights_alerts(published):
 
 def test_quantized_vllm_variants_are_made_served_and_judged(published):
     """The quantize step made each recipe's checkpoint; vLLM's CPU build served it (its rows
-    naming the base model and the recipe's hash); the gate judged it against f32; it holds
+    naming the base model and the recipe's hash); the gate judged it against bf16; it holds
     smaller weights or, with an fp8 KV cache, more KV capacity; the mixed-format groups
     compared its answers with llama.cpp's GGUF quants."""
     _, store, _ = published
@@ -205,18 +204,19 @@ def test_quantized_vllm_variants_are_made_served_and_judged(published):
                  & ~cells["variant"].isin(REFUSED)]
     assert set(vllm["variant"]) == set(QUANTIZED) - REFUSED
     assert (vllm["model"] == "include/models/adder-3m").all()
-    recipes = vllm[vllm["variant"] != "f32-kv-fp8"]
+    recipes = vllm[vllm["variant"] != "bf16-kv-fp8"]
     assert recipes["recipe_hash"].notna().all() and vllm.loc[
-        vllm["variant"] == "f32-kv-fp8", "recipe_hash"].isna().all()
+        vllm["variant"] == "bf16-kv-fp8", "recipe_hash"].isna().all()
     assert recipes.groupby("variant")["recipe_hash"].nunique().eq(1).all()
     assert set(vllm["gate_verdict"]) <= {"pass", "fail", "inconclusive"}
     assert vllm["gate_reason"].notna().all() and vllm["accuracy"].ge(0.9).all()
     units = store.read_table("units").to_pandas().set_index("variant")
     vllm_units = units[units["target"] == "adder-vllm"]
-    f32 = vllm_units.loc["f32"]
-    for variant in set(QUANTIZED) - REFUSED - {"f32-kv-fp8"}:
-        assert vllm_units.loc[variant, "weights_bytes"] < 0.6 * f32["weights_bytes"], variant
-    assert vllm_units.loc["f32-kv-fp8", "kv_cache_tokens"] > f32["kv_cache_tokens"]
+    bf16 = vllm_units.loc["bf16"]
+    for variant in set(QUANTIZED) - REFUSED - {"bf16-kv-fp8"}:
+        assert vllm_units.loc[variant, "weights_bytes"] < 0.6 * bf16["weights_bytes"], variant
+    if "bf16-kv-fp8" not in REFUSED:
+        assert vllm_units.loc["bf16-kv-fp8", "kv_cache_tokens"] > bf16["kv_cache_tokens"]
     groups = cells.dropna(subset=["cross_stack_group"])
     for group, members in (("adder-3m-8-bit", {"q8_0", "w8a8-int8"}),
                            ("adder-3m-4-bit", {"q4_k_m", "w4a16-gptq", "w4a16-awq"})):
@@ -241,7 +241,7 @@ def test_each_unit_stores_what_it_held(published):
     assert units["peak_device_memory_bytes"].isna().all()  # a CPU host
     assert units.loc["adder-llamacpp--q4_k_m", "weights_bytes"] < \
         units.loc["adder-llamacpp--f16", "weights_bytes"]
-    assert units.loc["adder-vllm--f32", "kv_cache_source"].startswith("/metrics: ")
+    assert units.loc["adder-vllm--bf16", "kv_cache_source"].startswith("/metrics: ")
     # capped at 4 x 512 tokens, it holds under 1.5 GB (14.3 GB before the cap)
     assert units.loc["adder-transformers--f32", "kv_cache_tokens"] == 2048
     assert units.loc["adder-transformers--f32", "peak_rss_bytes"] < 1.5e9

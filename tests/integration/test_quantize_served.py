@@ -43,10 +43,9 @@ def test_recipes_are_made_once_and_served_by_vllms_cpu_build(tmp_path, local_swe
         {"name": "w4a16-gptq", **COMMON, "dtype": "bfloat16",  # the CPU build's W4A16: bf16
          "recipe": {"scheme": "W4A16", "method": "gptq", "group_size": 128,
                     "calibration": {"dataset": CALIBRATION, "samples": 64, "seq_len": 16}}},
-        # the CPU build's W8A8: float32, but bfloat16 on a CPU with AMX, whose kernel
-        # computes in bfloat16 or half only
-        {"name": "w8a8-rtn", **COMMON,
-         "dtype": "bfloat16" if "amx_tile" in cpu_flags() else "float32",
+        # the CPU build's W8A8 in the target's one dtype (with AMX its kernel computes in
+        # bfloat16 or half only)
+        {"name": "w8a8-rtn", **COMMON, "dtype": "bfloat16",
          "recipe": {"file": str(tmp_path / "w8a8-rtn.yaml")}},
         # careless: round to nearest, no calibration, the coarsest group hidden_size takes
         {"name": "w4a16-careless", **COMMON, "dtype": "bfloat16",

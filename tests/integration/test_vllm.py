@@ -161,10 +161,10 @@ def test_a_vllm_killed_mid_cell_fails_its_cells_with_the_signal(tmp_path, local_
     assert len(result.cells) == 2
     first, second = result.cells
     assert first["status"] in ("failed", "invalid")
-    assert "the server died during the cell: adder-vllm--f32 killed by SIGKILL (-9)" \
+    assert "the server died during the cell: adder-vllm--bf16 killed by SIGKILL (-9)" \
         in first["reason"]
     assert second["status"] == "failed"  # never run against the dead port
-    assert second["reason"].startswith("the server had died: adder-vllm--f32 killed by SIGKILL")
+    assert second["reason"].startswith("the server had died: adder-vllm--bf16 killed by SIGKILL")
     assert result.evals == [] and all(c.get("accuracy") is None for c in result.cells)
     assert not list(tmp_path.glob("*.server.json"))
     # what it held, measured though it died (bench.memory): its log states its KV cache (its

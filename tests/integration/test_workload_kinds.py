@@ -186,7 +186,9 @@ def test_a_trace_and_an_slo_search_from_yaml_land_in_parquet_and_the_digest(tmp_
     data = _trace_and_search(
         [{"name": "llama", "stack": "llama_cpp", "golden_sets": [], "baseline": "f16",
           "variants": [VARIANT]}],
-        ttft_ms=15, time_scale=0.25, output_tokens=32, timeout_s=60)
+        # an SLO that one request at a time meets even on a busy 2-core host: this test is
+        # about where the search's answer lands, not about the host's speed
+        ttft_ms=250, time_scale=0.25, output_tokens=32, timeout_s=60)
     data["name"] = "kinds"
     sweep = tmp_path / "kinds.yaml"
     sweep.write_text(yaml.safe_dump(data))
@@ -206,7 +208,7 @@ def test_a_trace_and_an_slo_search_from_yaml_land_in_parquet_and_the_digest(tmp_
 
 
 def test_vllm_replays_a_trace_and_searches_its_load_within_slo(tmp_path):
-    """The same two from the spec against vLLM's CPU build (the local sweep's f32 variant,
+    """The same two from the spec against vLLM's CPU build (the local sweep's bf16 variant,
     automatic prefix caching on, KV blocks of the trace's 32 tokens): the trace's shared
     blocks reach its cache, and the search keeps a probe that held."""
     import json

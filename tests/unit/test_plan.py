@@ -46,9 +46,9 @@ def test_plan_expands_units(tmp_path):
     plan = plan_run(str(_sweep(tmp_path)), settings=_settings(tmp_path))
     assert [u["unit_id"] for u in plan["units"]] == [
         "adder-llamacpp--f16", "adder-llamacpp--f16-nocache", "adder-llamacpp--q8_0", "adder-llamacpp--q4_k_m",
-        "adder-llamacpp--q2_k", "adder-transformers--f32", "adder-vllm--f32",
-        "adder-vllm--f32-nocache", "adder-vllm--w8a8-int8", "adder-vllm--w4a16-gptq",
-        "adder-vllm--w4a16-awq", "adder-vllm--f32-kv-fp8",
+        "adder-llamacpp--q2_k", "adder-transformers--f32", "adder-vllm--bf16",
+        "adder-vllm--bf16-nocache", "adder-vllm--w8a8-int8", "adder-vllm--w4a16-gptq",
+        "adder-vllm--w4a16-awq", "adder-vllm--bf16-kv-fp8",
     ]
     assert plan["sampling_hash"] and plan["run_date"]
 
@@ -257,7 +257,7 @@ def test_a_stack_without_a_tokenizer_fails_at_plan_naming_the_target(tmp_path, m
 def test_vllm_not_installed_fails_at_plan(tmp_path):
     settings = _settings(tmp_path)
     settings.vllm_venv = tmp_path / "nowhere"
-    with pytest.raises(PlanError, match=r"targets\[2\]\(name=adder-vllm\)\.variants\[0\]\(name=f32\)"
+    with pytest.raises(PlanError, match=r"targets\[2\]\(name=adder-vllm\)\.variants\[0\]\(name=bf16\)"
                                         r": vllm: vLLM is not installed in"):
         plan_run(str(_sweep(tmp_path)), settings=settings)
 

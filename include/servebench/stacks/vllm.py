@@ -198,9 +198,13 @@ class VllmStack(HfGpuStack):
 
     def hardware_refusals(self, variant: VariantSpec, settings: Settings) -> list[str]:
         build = installed_build(settings.vllm_venv)
-        if build is None or build[0] != "cpu" or variant.recipe is None:
+        if build is None or build[0] != "cpu":
             return []
-        return cpu_recipe_refusals(variant, cpu_flags(), recipe_schemes(variant, settings))
+        flags = cpu_flags()
+        out = cpu_kv_cache_refusals(variant, flags)
+        if variant.recipe is not None:
+            out += cpu_recipe_refusals(variant, flags, recipe_schemes(variant, settings))
+        return out
 
     def local_launch(self, variant: VariantSpec, *, host: str, port: int,
                      settings: Settings) -> LaunchSpec:
@@ -284,6 +288,23 @@ CPU_REFUSED_SCHEMES = {  # the engine's words, serving such a checkpoint (2026-1
              "supported by CPUWNA16, supported types are: (ScalarType.uint4, "
              "ScalarType.uint4b8)'",
 }
+
+
+# the CPU attention backend (v1/attention/backends/cpu_attn.py, _get_attn_isa) keeps an fp8
+# KV cache only where torch sees AVX-512 or AMX; below them it raises at the first layer
+CPU_FP8_KV_FLAGS = ("avx512f", "amx_tile")
+CPU_FP8_KV_WORDS = "'NotImplementedError: FP8 KV cache on CPU requires x86 with AVX-512 or AMX.'"
+
+
+def cpu_kv_cache_refusals(variant: VariantSpec, flags: set[str]) -> list[str]:
+    """Why a worker with CPU ``flags`` cannot hold ``variant``'s KV cache in its
+    ``kv_cache_dtype`` on the CPU build (empty: it can)."""
+    if not (variant.kv_cache_dtype or "").startswith("fp8") \
+            or any(flag in flags for flag in CPU_FP8_KV_FLAGS):
+        return []
+    return [f"field kv_cache_dtype {variant.kv_cache_dtype!r}: vLLM's CPU build keeps an fp8 "
+            f"KV cache only on CPUs with {' or '.join(CPU_FP8_KV_FLAGS)}, which this worker "
+            f"lacks (/proc/cpuinfo): {CPU_FP8_KV_WORDS}"]
 
 
 def cpu_flags() -> set[str]:

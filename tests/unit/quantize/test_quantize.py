@@ -58,7 +58,7 @@ def _with(recipe: dict, target: int = VLLM, **kw):
 
 
 def _unquantized(data: dict) -> dict:
-    """The local sweep without its own quantized vLLM variants (its f32 and f32-nocache
+    """The local sweep without its own quantized vLLM variants (its bf16 and bf16-nocache
     alone), and the cross-stack groups of full precision: each test adds its own."""
     data["targets"][VLLM]["variants"] = data["targets"][VLLM]["variants"][:2]
     data["cross_stack"] = [g for g in data["cross_stack"] if g.get("precision") != "mixed"]
@@ -191,6 +191,43 @@ def test_the_cpu_build_refuses_what_the_workers_cpu_or_dtype_cannot_run():
                           "/proc/cpuinfo) vLLM's CPU build runs scheme 'W8A8' with sgl's "
                           "int8_scaled_mm_with_quant, which computes in bfloat16 or float16 "
                           "only: 'int8_scaled_mm_with_quant: expect A to be bfloat16 or half.'")
+
+
+# the CPU kinds a worker of this project runs on: an Intel Xeon with AMX, an AMD EPYC with
+# AVX-512 (BF16, no AMX), and a CPU below AVX-512 (/proc/cpuinfo's flags)
+AMX_XEON = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16",
+            "amx_int8"}
+AVX512_EPYC = {"avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"}
+AVX2_ONLY = {"avx2", "fma"}
+
+
+@pytest.mark.parametrize("flags, refused", [
+    (AMX_XEON, {}), (AVX512_EPYC, {}),
+    (AVX2_ONLY, {"w4a16-gptq": "field recipe.scheme 'W4A16': vLLM's CPU build runs it with "
+                               "cpu_gemm_wna16, built only for CPUs with avx512f",
+                 "w4a16-awq": "field recipe.scheme 'W4A16_ASYM'",
+                 "bf16-kv-fp8": "field kv_cache_dtype 'fp8': vLLM's CPU build keeps an fp8 "
+                                "KV cache only on CPUs with avx512f or amx_tile"})])
+def test_the_local_defaults_vllm_variants_run_on_every_avx512_worker(monkeypatch, flags,
+                                                                     refused):
+    """Every vLLM unit of the local default is served on AMX and on AVX-512 CPUs, none refused
+    (one dtype, bfloat16, for the whole target); below AVX-512 what the CPU build cannot run
+    is refused, the rest served."""
+    import servebench.stacks.vllm as vllm_stack
+    from servebench.settings import Settings
+
+    monkeypatch.setattr(vllm_stack, "installed_build", lambda venv: ("cpu", "0.32.0"))
+    monkeypatch.setattr(vllm_stack, "cpu_flags", lambda: flags)
+    spec = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    target = parse_sweep(spec, "local.yaml").targets[VLLM]
+    adapter, settings = get_stack("vllm"), Settings(project_root=PROJECT_ROOT)
+    assert {v.dtype for v in target.variants} == {"bfloat16"}
+    found = {v.name: adapter.hardware_refusals(v, settings) for v in target.variants}
+    assert {name for name, why in found.items() if why} == set(refused)
+    for name, phrase in refused.items():
+        [why] = found[name]
+        assert why.startswith(phrase), why
+    assert all(adapter.local_problems(v, settings) == [] for v in target.variants)
 
 
 def test_a_recipe_files_schemes_are_read_for_the_refusals(tmp_path):
