@@ -126,13 +126,14 @@ def nightly_benchmark():
     # all_done: a confirmation that failed still leaves the night's digest, as detected
     @task(trigger_rule="all_done")
     def digest(summary: dict | None) -> str:
-        from airflow.sdk.exceptions import AirflowSkipException
+        from airflow.sdk.exceptions import AirflowFailException
         from servebench.pipeline import send_digest
 
-        # the night was not detected: nothing to digest, and the task that failed is already
-        # heard and kept with its error (a second failure here would only repeat it)
+        # the night was not detected: no digest, and the run fails (a skip here, its last
+        # task, would end a broken night as a success); kept like publish's "nothing was
+        # planned", the night posted once (notify.failure)
         if summary is None:
-            raise AirflowSkipException("the detect task did not run to the end: no digest")
+            raise AirflowFailException("no digest: the detect task did not run to the end")
         return send_digest(summary)
 
     planned = plan()

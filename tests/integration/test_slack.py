@@ -174,9 +174,11 @@ def test_a_night_that_breaks_is_heard_with_its_task_and_error(slack_server, tmp_
     assert "no-such-sweep.yaml" in heard and TOKEN not in heard
     assert "http://airflow.example:8080/dags/nightly_benchmark/runs/" in heard
     kept = {p.name: p.read_text() for p in (tmp_path / "data" / "failures").rglob("*.md")}
-    assert set(kept) == {"plan.md", "publish.md"}  # both kept
+    # each task that failed is kept: the cause, and the two with nothing to work on
+    assert set(kept) == {"plan.md", "publish.md", "digest.md"}
     assert "no-such-sweep.yaml" in kept["plan.md"]
     assert "nothing was planned" in kept["publish.md"]
+    assert "no digest: the detect task did not run to the end" in kept["digest.md"]
 
 
 @pytest.mark.parametrize("where", ["local", "s3"])
