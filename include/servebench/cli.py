@@ -18,7 +18,13 @@ from rich.table import Table
 
 from servebench.defaults import NIGHTLY_DAG_ID
 from servebench.errors import SpecError
-from servebench.notify.digest import fmt_num, gate_lines, memory_lines, summary_table
+from servebench.notify.digest import (
+    energy_lines,
+    fmt_num,
+    gate_lines,
+    memory_lines,
+    summary_table,
+)
 from servebench.settings import get_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -76,6 +82,11 @@ def _summary(run_id: str | None, require_ok: bool) -> int:
     if memory:
         print("\nmemory (weights, KV-cache capacity, peak memory from launch to stop):")
         for line in memory:
+            print("  " + line)
+    energy = energy_lines(cells)
+    if energy:
+        print("\nenergy (the host's counter over each cell's measured window):")
+        for line in energy:
             print("  " + line)
     print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
     print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals, units, "

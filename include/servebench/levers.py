@@ -65,6 +65,16 @@ def memory_change(cell: dict, base: dict) -> dict:
             "kv_cache_pct": _pct(cell.get("kv_cache_tokens"), base.get("kv_cache_tokens"))}
 
 
+def energy_change(cell: dict, base: dict) -> dict:
+    """``energy_pct``: joules per output token vs the baseline's, where one counter (the
+    same ``energy_source``) measured both cells; else None. One reading a cell, no interval:
+    a RAPL count is the whole socket's, the load generator's share included."""
+    same = cell.get("energy_source") is not None \
+        and cell.get("energy_source") == base.get("energy_source")
+    return {"energy_pct": _pct(cell.get("energy_j_per_output_token"),
+                               base.get("energy_j_per_output_token")) if same else None}
+
+
 # (column, label) of what _stats bootstraps, in its order: the catalogue's lever table
 LEVERS = tuple((m.column, m.label) for m in shown_in("levers"))
 
@@ -202,6 +212,7 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame,
         row["baseline"] = base_name
         row["engine_note"] = engine_note(cell, base)
         row.update(memory_change(cell, base))
+        row.update(energy_change(cell, base))
         acc, base_acc = cell.get("accuracy"), base.get("accuracy")
         row["accuracy_delta_points"] = (100 * (acc - base_acc)
                                         if acc is not None and base_acc is not None else None)

@@ -18,7 +18,8 @@ Three figures, each with where it came from (or why there is none):
   bound of the true peak, within the memory one interval's growth can add. On a GPU, the
   device memory ``nvidia-smi`` reports for the tree's processes, sampled the same way.
 
-Imports nothing of servebench: provisioners and stack adapters both use it.
+Imports nothing of servebench but its sampler thread (``servebench.sampling``): provisioners
+and stack adapters both use it.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from servebench.sampling import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +161,7 @@ def _compute_apps() -> str | None:
     return out.stdout if out.returncode == 0 else None
 
 
-class TreeSampler:
+class TreeSampler(Periodic):
     """The peak memory of process ``pid`` and its descendants, sampled on a daemon thread
     every ``interval_s`` from ``start`` to ``stop`` (the module doc says what is summed).
     ``device`` asks nvidia-smi where there is one (None: look for it)."""
@@ -166,7 +169,8 @@ class TreeSampler:
     def __init__(self, pid: int, *, interval_s: float = SAMPLE_INTERVAL_S,
                  proc: Path = Path("/proc"),
                  device: Callable[[], str | None] | None = None):
-        self.pid, self.interval_s, self.proc = pid, interval_s, proc
+        super().__init__(interval_s, f"memory-{pid}")
+        self.pid, self.proc = pid, proc
         if device is None and shutil.which("nvidia-smi"):
             device = _compute_apps
         self._device = device
@@ -174,23 +178,7 @@ class TreeSampler:
         self.peak_processes = 0
         self.peak_device_bytes: int | None = None
         self.samples = 0
-        self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"memory-{pid}", daemon=True)
-
-    def start(self) -> TreeSampler:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5.0)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.sample()
-            self._stop.wait(self.interval_s)
 
     def sample(self) -> None:
         """One sample: the tree's sum now (and its device memory, every DEVICE_EVERY-th)."""

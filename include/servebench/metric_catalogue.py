@@ -119,6 +119,11 @@ CATALOGUE: tuple[Metric, ...] = (
            unit="load", trended=False, bounds=RATE),
     Metric("error_rate", "higher_is_worse", "error rate", unit="share", trended=False,
            bounds=SHARE),
+    # the host's energy over the measured window, where its hardware counts it (energy.py)
+    Metric("energy_j_per_output_token", "higher_is_worse", "J/token", unit="J",
+           bounds=RATE),
+    Metric("energy_j_per_request", "higher_is_worse", "J/request", unit="J", trended=False,
+           bounds=RATE),
     # the variant's, on its golden set (evals), whatever its perf cells' status
     Metric("accuracy", "lower_is_worse", "accuracy", unit="share", level="variant",
            bounds=SHARE),

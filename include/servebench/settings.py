@@ -65,6 +65,9 @@ class Settings(BaseSettings):
         "https://huggingface.co", description="the Hugging Face Hub the plan asks whether a "
         "provisioned variant's model is gated (servebench.hub); empty: not asked")
     health_timeout_s: float = Field(300.0, gt=0)
+    powercap_root: Path = Field(
+        Path("/sys/class/powercap"), description="where this worker's RAPL counters are "
+        "(servebench.energy): a container may mount the host's sysfs elsewhere")
     suite_git_sha: str | None = Field(
         None, description="the suite's commit where there is no .git (baked into the image)")
     annotations: str = Field(

@@ -17,13 +17,14 @@ measured responses' ``usage.prompt_tokens_details.cached_tokens`` (a hosted API 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
+
+from servebench.sampling import Periodic
 
 if TYPE_CHECKING:
     from servebench.records import RequestRecord
@@ -121,40 +122,38 @@ GAUGE_COLUMNS = {"kv_cache_usage": "kv_cache_usage", "running": "requests_runnin
                  "waiting": "requests_waiting"}
 
 
-class GaugeSampler:
+class GaugeSampler(Periodic):
     """Fetches a server's metrics every ``interval_s`` on a thread between ``start`` and
-    ``stop`` (a context manager), keeping each text with the epoch time it arrived."""
+    ``stop`` (a context manager), keeping each text with the epoch time it arrived; with no
+    metrics path, nothing (no thread)."""
 
     def __init__(self, base_url: str, path: str | None, *, headers: dict[str, str] | None = None,
                  interval_s: float = SAMPLE_INTERVAL_S):
+        super().__init__(interval_s, "gauge-sampler")
         self.url = None if path is None else base_url + path
-        self.headers, self.interval_s = headers, interval_s
+        self.headers = headers
         self.texts: list[tuple[float, str]] = []
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._client: httpx.Client | None = None
 
-    def __enter__(self) -> GaugeSampler:
-        if self.url is not None:
-            self._thread = threading.Thread(target=self._run, name="gauge-sampler", daemon=True)
-            self._thread.start()
-        return self
+    def start(self) -> GaugeSampler:
+        if self.url is None:
+            return self
+        self._client = httpx.Client(timeout=max(1.0, 5 * self.interval_s), headers=self.headers)
+        return super().start()
 
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10.0)
+    def stop(self, timeout_s: float = 10.0) -> None:
+        super().stop(timeout_s)
+        if self._client is not None:
+            self._client.close()
 
-    def _run(self) -> None:
-        with httpx.Client(timeout=max(1.0, 5 * self.interval_s), headers=self.headers) as client:
-            while not self._stop.is_set():
-                try:
-                    resp = client.get(self.url)
-                    resp.raise_for_status()
-                    self.texts.append((time.time(), resp.text))
-                except httpx.HTTPError:  # a missed sample; counted, the cell's own scrape logs
-                    self.errors += 1
-                self._stop.wait(self.interval_s)
+    def sample(self) -> None:
+        try:
+            resp = self._client.get(self.url)
+            resp.raise_for_status()
+            self.texts.append((time.time(), resp.text))
+        except httpx.HTTPError:  # a missed sample; counted, the cell's own scrape logs
+            self.errors += 1
 
     def series(self, names: dict[str, str], start: float, end: float) -> dict[str, list[float]]:
         """Each gauge's samples (summed over its label sets) inside ``[start, end]``."""

@@ -7,11 +7,13 @@ import json
 import logging
 import math
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from servebench.bench.rows import UnitRows, cell_id, length_control
 from servebench.config import LoadPoint, LoadPoints, Workload
 from servebench.endpoint import Endpoint
+from servebench.energy import EnergySampler, EnergyWindow, energy_columns
 from servebench.loadgen.engine import LoadSpec
 from servebench.loadgen.modes import CLOSED, LOAD_MODES, MAX, SCHEDULE
 from servebench.loadgen.result import LoadResult
@@ -140,7 +142,10 @@ class CellMeasurer:
         sampler = GaugeSampler(endpoint.base_url, endpoint.metrics_path
                                if self.adapter.engine_gauges.gauges() else None,
                                headers=endpoint.headers)
-        with sampler:
+        # the host's energy counter, where its provisioner reads one (servebench.energy)
+        counter, energy_why = self.rows.provisioner.energy_counter(endpoint)
+        energy = EnergySampler(counter) if counter is not None else None
+        with sampler, energy or nullcontext():
             load = self._run_load(
                 endpoint.base_url, endpoint.chat_path, bodies(sent["items"]), load_spec,
                 warmup=warmup, cell_id=cid, timeout_s=self.spec.load.request_timeout_s,
@@ -207,6 +212,12 @@ class CellMeasurer:
                                (load.window_start, load.window_end)),
         )
         row["output_tokens_total"] = sum(r.output_tokens or 0 for r in load.records if r.ok)
+        joules = energy.joules(load.window_start, load.window_end) if energy else None
+        if energy and joules is None:
+            energy_why = "its counter's readings did not span the measured window"
+        row.update(energy_columns(
+            EnergyWindow(joules, counter.source) if joules is not None else None, energy_why,
+            output_tokens=row["output_tokens_total"], requests=cell.n_ok))
         row.update(self.rows.cost(row))
         log.info("cell %s (%s): %s ttft p50 %.1f ms, %.0f tok/s %s", cid, point.label,
                  row["status"], row.get("ttft_ms_p50") or math.nan,

@@ -242,6 +242,31 @@ def memory_lines(cells: pd.DataFrame) -> list[str]:
     return lines
 
 
+def energy_lines(cells: pd.DataFrame) -> list[str]:
+    """What the host's energy counter saw (servebench.energy): one line per variant whose
+    cells it measured -- joules per output token over its cells, and what counted them --;
+    for the targets none of whose cells was measured, one line per reason, naming them."""
+    if cells.empty or "energy_source" not in cells.columns:
+        return []
+    lines, unmeasured = [], {}
+    for target, mine in cells.groupby("target", sort=False):
+        counted = mine[mine["energy_j_per_output_token"].notna()]
+        if counted.empty:
+            why = mine["energy_source"].dropna()
+            if len(why):
+                unmeasured.setdefault(why.iloc[0], []).append(target)
+            continue
+        for variant, cells_of in counted.groupby("variant", sort=False):
+            per_token = cells_of["energy_j_per_output_token"]
+            lo, hi = float(per_token.min()), float(per_token.max())
+            shown = f"{lo:.3g}" if lo == hi else f"{lo:.3g}-{hi:.3g}"
+            lines.append(f"{target}/{variant}: {shown} J per output token over "
+                         f"{len(cells_of)} cell{'s' if len(cells_of) > 1 else ''} "
+                         f"({cells_of['energy_source'].iloc[0]})")
+    lines += [f"{', '.join(targets)}: energy {why}" for why, targets in unmeasured.items()]
+    return lines
+
+
 def slo_lines(cells: pd.DataFrame) -> list[str]:
     """Each slo cell's answer (``capacity``): ``adder / f16 / fixed: 4 workers within SLO
     (missed at 5: TTFT p95 27.2 ms > 15; 6 probes)``; an slo cell without an answer says
@@ -519,6 +544,12 @@ MEMORY_LEVER_COLUMNS: list[Column] = [
 ]
 
 
+# joules per output token against the baseline's (levers.energy_change), where counted
+ENERGY_LEVER_COLUMN: Column = (
+    metric_label("energy_j_per_output_token"),
+    lambda r: MISSING if is_missing(r.get("energy_pct")) else f"{r['energy_pct']:+.1f}%", True)
+
+
 def lever_columns(rows: list[dict]) -> list[Column]:
     """The lever table's columns (an engine column where some variant's engine differs)."""
     from servebench.levers import LEVERS
@@ -531,6 +562,8 @@ def lever_columns(rows: list[dict]) -> list[Column]:
         *(MEMORY_LEVER_COLUMNS if any(not is_missing(r.get("memory_pct"))
                                       or not is_missing(r.get("kv_cache_pct"))
                                       for r in rows) else []),
+        *([ENERGY_LEVER_COLUMN] if any(not is_missing(r.get("energy_pct")) for r in rows)
+          else []),
         (metric_label("accuracy"), lambda r: MISSING if is_missing(r.get("accuracy_delta_points"))
          else f"{r['accuracy_delta_points']:+.1f} pts", True),
         ("gate", lambda r: fmt_verdict(r.get("gate_verdict")), False),
@@ -601,6 +634,11 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         out += ["", "## Memory", "", "_Per variant: weights, the KV cache's capacity, the "
                 "serving processes' peak memory (launch to stop)._", ""]
         out += [f"- {line}" for line in memory]
+    energy = energy_lines(cells)
+    if energy:
+        out += ["", "## Energy", "", "_The host's energy counter over each cell's measured "
+                "window, where its hardware counts it._", ""]
+        out += [f"- {line}" for line in energy]
     capacity = slo_lines(cells)
     if capacity:
         out += ["", "## Load within SLO", "",

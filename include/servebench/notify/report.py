@@ -22,6 +22,7 @@ from servebench.notify.digest import (
     alert_html,
     cell_records,
     confirmation_parts,
+    energy_lines,
     finding_url,
     fmt_text,
     gate_lines,
@@ -166,6 +167,11 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
     if memory:
         out.append("<h2>Memory</h2><ul>")
         out += [f"<li>{escape(line)}</li>" for line in memory]
+        out.append("</ul>")
+    energy = energy_lines(cells)
+    if energy:
+        out.append("<h2>Energy</h2><ul>")
+        out += [f"<li>{escape(line)}</li>" for line in energy]
         out.append("</ul>")
     capacity = slo_lines(cells)
     if capacity:

@@ -51,6 +51,7 @@ from servebench.memory import MemorySample
 
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
+    from servebench.energy import EnergyCounter
     from servebench.settings import Settings
     from servebench.stacks.adapter import ContainerLaunch, StackAdapter
 
@@ -158,6 +159,12 @@ class Provisioner(ABC):
         """``endpoint``'s server's log as far as it has written it (None: this provisioner
         cannot read it), for what the engine reports there of its memory."""
         return None
+
+    def energy_counter(self, endpoint: Endpoint) -> tuple[EnergyCounter | None, str]:
+        """The energy counter of the machine ``endpoint``'s server runs on, read around each
+        of its cells (``servebench.energy``), with what it counts; or None and why none is
+        read (the cells' energy is then null, never zero)."""
+        return None, f"the {self.kind} provisioner reads no energy counter of its hosts"
 
     @abstractmethod
     def hardware(self, target: TargetSpec) -> str:

@@ -5,7 +5,8 @@ Every server is started in its own session (process group) and recorded in a pid
 the run's state folder, so the teardown task -- a different process, maybe a different try --
 can stop whatever a crashed task left behind. ``reap`` (``teardown``) is that teardown.
 From its start to its stop, each server's process tree is sampled for its peak memory
-(``servebench.memory.TreeSampler``; ``memory``).
+(``servebench.memory.TreeSampler``; ``memory``); each cell reads this worker's energy counter,
+where it has one (``servebench.energy``; ``energy_counter``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 import httpx
 
 from servebench.endpoint import Endpoint
+from servebench.energy import EnergyCounter, host_counter
 from servebench.errors import ServerLaunchError
 from servebench.memory import MemorySample, TreeSampler
 from servebench.provenance import hardware, local_gpus
@@ -97,6 +99,7 @@ class LocalProvisioner(Provisioner):
         self.settings = settings or get_settings()
         self._procs: dict[int, subprocess.Popen] = {}  # servers this process started, by pid
         self._memory: dict[int, TreeSampler] = {}  # their memory, sampled until stopped
+        self._energy: tuple[EnergyCounter | None, str] | None = None  # found when first asked
 
     # -- the Provisioner interface ----------------------------------------------------------
     @staticmethod
@@ -234,6 +237,14 @@ class LocalProvisioner(Provisioner):
             return MemorySample.unmeasured("not sampled: the server was started by another "
                                            "process")
         return sampler.peak()
+
+    def energy_counter(self, endpoint: Endpoint) -> tuple[EnergyCounter | None, str]:
+        """This worker's (``energy.host_counter``: its GPUs', else its CPU packages'), looked
+        for once."""
+        if self._energy is None:
+            self._energy = host_counter(self.settings.powercap_root)
+            log.info("energy: %s", self._energy[1])
+        return self._energy
 
     def server_log(self, endpoint: Endpoint) -> str | None:
         """The server's log file (a retried unit's server appends to its predecessor's:

@@ -207,6 +207,12 @@ CELLS = pa.schema(
         _f("kv_cache_tokens", _I64),
         _f("peak_rss_bytes", _I64),
         _f("peak_device_memory_bytes", _I64),
+        # the host's energy over the measured window (servebench.energy): null where nothing
+        # counted it, energy_source then saying why; what counted it where something did
+        _f("energy_j", _F64),
+        _f("energy_j_per_output_token", _F64),
+        _f("energy_j_per_request", _F64),  # per successful request
+        _f("energy_source", _STR),
         _f("client_send_lag_ms_p99", _F64),  # the client's own lag: proof it kept up
         _f("client_loop_lag_ms_p99", _F64),
         _f("client_loop_lag_ms_p95", _F64),  # the statistic client_saturated decides on
