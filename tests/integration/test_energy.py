@@ -6,6 +6,7 @@ them; where the worker counts nothing, its cells say why and hold null, never ze
 (needs `make setup`)
 """
 
+import datetime as dt
 import os
 import threading
 import time
@@ -61,12 +62,17 @@ def _cells(tmp_path, local_sweep, powercap):
     spec = parse_sweep(local_sweep(
         [{"name": "llama", "stack": "llama_cpp", "golden_sets": [], "baseline": "f16",
           "variants": [VARIANT]}],
-        input_tokens=64, output_tokens=32, num_requests=16, concurrency=2), "test")
+        input_tokens=64, output_tokens=32, num_requests=48, concurrency=2), "test")
     settings = get_settings().model_copy(update={"powercap_root": powercap})
     target = spec.targets[0]
     provisioner = LocalProvisioner(tmp_path / "state", settings)
     return VariantRunner(spec, target, target.variants[0], run_id="t", settings=settings,
                          provisioner=provisioner).run().cells
+
+
+def published(cells):
+    """The rows as the publish step completes them (its run)."""
+    return [{**cell, "run_id": "t", "run_date": dt.date(2026, 12, 6)} for cell in cells]
 
 
 @pytest.fixture
@@ -82,13 +88,16 @@ def test_each_cell_stores_the_energy_of_its_measured_window(tmp_path, local_swee
     assert_measured(cells)
     for cell in cells:
         window = cell["duration_s"]
-        assert cell["energy_j"] == pytest.approx(WATTS * window, rel=0.05, abs=0.05), cell
+        # the tree's writer is a thread of this process: on a busy host a value may land
+        # tens of ms late at either end of the window
+        assert cell["energy_j"] == pytest.approx(WATTS * window, rel=0.05,
+                                                 abs=WATTS * 0.05), cell
         assert cell["energy_j_per_output_token"] == pytest.approx(
             cell["energy_j"] / cell["output_tokens_total"])
         assert cell["energy_j_per_request"] == pytest.approx(cell["energy_j"] / cell["n_ok"])
         assert cell["energy_source"].startswith("CPU packages (RAPL, intel-rapl:0)")
-    table = rows_to_table("cells", cells)
-    assert table.column("energy_j_per_output_token").null_count == 0
+    assert rows_to_table("cells", published(cells)).column(
+        "energy_j_per_output_token").null_count == 0
 
 
 def test_a_worker_that_counts_nothing_stores_null_and_why(tmp_path, local_sweep, no_gpu):
@@ -99,5 +108,4 @@ def test_a_worker_that_counts_nothing_stores_null_and_why(tmp_path, local_sweep,
         assert cell["energy_source"] == (
             "not measured: no NVIDIA GPU energy counter (test); no RAPL package domain under "
             f"{tmp_path / 'nothing'}")
-    table = rows_to_table("cells", cells)
-    assert table.column("energy_j").null_count == len(cells)
+    assert rows_to_table("cells", published(cells)).column("energy_j").null_count == len(cells)
