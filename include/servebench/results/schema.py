@@ -60,6 +60,14 @@ def _base() -> list[pa.Field]:
     return [_f("schema_version", _I32), _f("run_id", _STR), _f("run_date", pa.date32())]
 
 
+def _series() -> list[pa.Field]:
+    """A trend series' id (target/variant/workload/load_point/metric#<stack,model,hardware>)
+    and its parts; workload and load point are null for a variant's series (accuracy, a
+    gate, memory)."""
+    return [_f("series_id", _STR), _f("target", _STR), _f("stack", _STR), _f("variant", _STR),
+            _f("workload", _STR), _f("load_point", _STR), _f("metric", _STR)]
+
+
 def _latency_fields() -> list[pa.Field]:
     return [_f(f"{m}_{s}", _F64) for m in LATENCY_METRICS for s in LATENCY_STATS]
 
@@ -272,13 +280,7 @@ CHANGE_KINDS = ("regression", "improvement", "newly_failing", "gate_failure", "h
 CHANGES = pa.schema(
     _base()
     + [
-        _f("series_id", _STR),  # target/variant/workload/load_point/metric#<stack,model,hardware>
-        _f("target", _STR),
-        _f("stack", _STR),
-        _f("variant", _STR),
-        _f("workload", _STR),  # null for variant-level alerts (accuracy, gate)
-        _f("load_point", _STR),
-        _f("metric", _STR),
+        *_series(),
         _f("kind", _STR),  # one of CHANGE_KINDS
         _f("before", _F64),  # the level before the change (median)
         _f("after", _F64),  # the mean since the change
@@ -301,13 +303,7 @@ CHANGES = pa.schema(
 CONFIRMATIONS = pa.schema(
     _base()
     + [
-        _f("series_id", _STR),
-        _f("target", _STR),
-        _f("stack", _STR),
-        _f("variant", _STR),
-        _f("workload", _STR),
-        _f("load_point", _STR),
-        _f("metric", _STR),
+        *_series(),
         _f("source", _STR),  # alert (raised tonight) | suspect (worse beyond its noise)
         _f("alert_kind", _STR),  # the alert's kind, before the verdict
         _f("reference", _STR),  # the variant relaunched beside it (null: its own nights)
@@ -333,13 +329,7 @@ CONFIRMATIONS = pa.schema(
 DETECTABILITY = pa.schema(
     _base()
     + [
-        _f("series_id", _STR),
-        _f("target", _STR),
-        _f("stack", _STR),
-        _f("variant", _STR),
-        _f("workload", _STR),  # null for a variant's series (accuracy, memory)
-        _f("load_point", _STR),
-        _f("metric", _STR),
+        *_series(),
         _f("nights", _I32),  # baseline nights it is judged against (after a restart: since)
         _f("level", _F64),  # their median
         _f("noise", _F64),  # robust per-night sigma (binomial for accuracy)
