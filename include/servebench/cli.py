@@ -19,12 +19,12 @@ from rich.table import Table
 from servebench.defaults import NIGHTLY_DAG_ID
 from servebench.errors import SpecError
 from servebench.notify.digest import (
-    energy_lines,
     fmt_num,
     gate_lines,
     memory_lines,
     summary_table,
 )
+from servebench.notify.energy import energy_lines
 from servebench.settings import get_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,

@@ -16,7 +16,7 @@ from servebench.energy import (
     host_counter,
 )
 from servebench.levers import energy_change
-from servebench.notify.digest import energy_lines
+from servebench.notify.energy import energy_lines
 
 
 def powercap(root, packages: dict[int, int], *, max_uj: int = 262143328850):

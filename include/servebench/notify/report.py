@@ -22,7 +22,6 @@ from servebench.notify.digest import (
     alert_html,
     cell_records,
     confirmation_parts,
-    energy_lines,
     finding_url,
     fmt_text,
     gate_lines,
@@ -32,6 +31,7 @@ from servebench.notify.digest import (
     memory_lines,
     slo_lines,
 )
+from servebench.notify.energy import energy_lines
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1180px;
