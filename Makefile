@@ -113,6 +113,8 @@ llama: system
 # crashes (a signal, a bad file) fails the build here, naming the file and how it died
 models: venv stacks llama
 	$(STACKS_VENV)/bin/python scripts/build_local_model.py --llama-bin $(LLAMA_BIN) --out $(MODELS)
+	$(STACKS_VENV)/bin/python scripts/build_local_model.py --llama-bin $(LLAMA_BIN) --out $(MODELS) \
+		--checkpoint include/models/adder-300k --quants ""
 	$(BIN)/servebench smoke include/sweeps/local.yaml --stack llama_cpp
 
 airflow-db: venv

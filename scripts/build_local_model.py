@@ -9,7 +9,8 @@ Run with the stacks venv (it has torch, numpy, sentencepiece, transformers):
   .venv-stacks/bin/python scripts/build_local_model.py \
       --llama-bin "$(scripts/build_llama_cpp.sh | tail -1)"
 
-Writes <out>/adder-3m-{f16,q8_0,q4_k_m,q2_k}.gguf and prints their paths, one a line.
+Writes <out>/adder-3m-{f16,q8_0,q4_k_m,q2_k}.gguf and prints their paths, one a line; with
+``--checkpoint include/models/adder-300k --quants ""`` the draft model's f16 GGUF alone.
 Idempotent: an output newer than every checkpoint file is kept as it is.
 """
 from __future__ import annotations
@@ -87,6 +88,8 @@ def main() -> None:
     ap.add_argument("--llama-bin", type=Path, default=None,
                     help="dir with llama-quantize (default: the scripts/build_llama_cpp.sh cache)")
     ap.add_argument("--name", default=None, help="output name prefix (default: the checkpoint dir name)")
+    ap.add_argument("--quants", default=",".join(QUANTS),
+                    help="comma-separated llama-quantize types beside f16 ('' for none)")
     args = ap.parse_args()
 
     checkpoint = args.checkpoint.resolve()
@@ -103,7 +106,7 @@ def main() -> None:
     if not is_fresh(f16, checkpoint):
         convert_f16(checkpoint, f16, find_src(llama_bin))
     written.append(f16)
-    for q in QUANTS:
+    for q in filter(None, args.quants.split(",")):
         out = (args.out / f"{name}-{q}.gguf").resolve()
         if not (is_fresh(out, checkpoint) and out.stat().st_mtime >= f16.stat().st_mtime):
             quantize(llama_bin, f16, out, q)

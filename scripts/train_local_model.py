@@ -41,7 +41,14 @@ same torch build.
 
 All dims are multiples of 256 so every llama.cpp k-quant (q2_K ... q6_K) applies without fallback.
 
-Run with the stacks venv:  .venv-stacks/bin/python scripts/train_local_model.py
+``--arch draft`` trains adder-3m's draft model for speculative decoding, "adder-300k"
+(include/models/adder-300k): the same recipe, data, seeds, tokenizer (checked byte for byte
+against adder-3m's, which a draft must share with its target) and golden set, in one layer of
+width 128 -- about a tenth of adder-3m's parameters and a quarter of its layers. It is served
+as a draft (llama.cpp ``--spec-type draft-simple``) and, as the "smaller model" lever, on its
+own; it is never quantized (its width is not a multiple of 256).
+
+Run with the stacks venv:  .venv-stacks/bin/python scripts/train_local_model.py [--arch draft]
 """
 from __future__ import annotations
 
@@ -79,6 +86,17 @@ MERGE_TEXT = (
     "the sum of two numbers is the answer to the question what is the total "
     "add these numbers together and return the result of the addition "
 ) * 8
+
+
+# the model's shape per --arch; everything else (data, steps, seeds, tokenizer) is shared
+ARCHS = {
+    "adder-3m": dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                     num_attention_heads=4, num_key_value_heads=4),
+    "draft": dict(hidden_size=128, intermediate_size=384, num_hidden_layers=1,
+                  num_attention_heads=2, num_key_value_heads=2),
+}
+DEFAULT_OUT = {"adder-3m": REPO / "include/models/adder-3m",
+               "draft": REPO / "include/models/adder-300k"}
 
 
 def build_tokenizer(vocab_size: int):
@@ -258,7 +276,10 @@ def save_checkpoint(model, tok, out: Path) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", type=Path, default=REPO / "include/models/adder-3m")
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="adder-3m",
+                    help="adder-3m, or its one-layer draft model adder-300k")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="checkpoint folder (default: include/models/<the arch's name>)")
     ap.add_argument("--golden", type=Path, default=REPO / "include/golden/addition.jsonl")
     ap.add_argument("--steps", type=int, default=425)
     ap.add_argument("--batch-size", type=int, default=128)
@@ -275,6 +296,7 @@ def main() -> None:
                     help="also save a bf16 checkpoint at every eval step under DIR/step-N (for "
                          "choosing --steps; the final checkpoint of --steps N equals DIR/step-N)")
     args = ap.parse_args()
+    out = args.out or DEFAULT_OUT[args.arch]
 
     from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
 
@@ -314,11 +336,7 @@ def main() -> None:
     probes = {n: packed_questions(table, probe_rng, train, golden[::2], n) for n in (64, 144)}
     cfg = LlamaConfig(
         vocab_size=len(tok),
-        hidden_size=256,
-        intermediate_size=768,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        **ARCHS[args.arch],
         max_position_embeddings=512,
         rms_norm_eps=1e-5,
         rope_theta=10000.0,
@@ -361,10 +379,15 @@ def main() -> None:
             if args.snapshot_dir is not None:
                 save_checkpoint(copy.deepcopy(model), tok, args.snapshot_dir / f"step-{step}")
 
-    save_checkpoint(model, tok, args.out)
+    save_checkpoint(model, tok, out)
+    target_tokenizer = DEFAULT_OUT["adder-3m"] / "tokenizer.json"
+    if out != DEFAULT_OUT["adder-3m"] and target_tokenizer.is_file() and \
+            (out / "tokenizer.json").read_bytes() != target_tokenizer.read_bytes():
+        raise SystemExit(f"{out}/tokenizer.json differs from {target_tokenizer}: a draft model "
+                         "must share its target's vocabulary")
     model = model.float()
     final, _ = accuracy(model, tok, golden)
-    line = f"saved {args.out} (bf16) golden_acc={final:.3f}"
+    line = f"saved {out} (bf16) golden_acc={final:.3f}"
     for n, ctx in probes.items():
         pacc, digit = accuracy(model, tok, golden[::2], contexts=ctx)
         line += f" packed{n}_acc={pacc:.3f} packed{n}_digit_first={digit:.2f}"
