@@ -55,7 +55,7 @@ def sized(plan: Plan, settings: Settings) -> Plan:
     if auto is None:
         return plan
     cells = [(cell_id(u.target, u.variant, w.name, p), w.num_requests)
-             for u in plan.units if not u.refused for w in plan.spec.workloads
+             for u in plan.units if not u.refused for w in plan.spec.workloads_for(u.target)
              for p in plan.spec.load.points_for(w) if sizable(w, p)]
     judged, counts = size_from_store(open_store(settings), plan.spec.name, cells, auto)
     added = sum(c.added_s for c in counts)

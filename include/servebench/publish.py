@@ -118,4 +118,4 @@ def unit_failed_cells(plan: Plan, unit: Unit, run_id: str, reason: str) -> list[
     target, variant = plan.target_of(unit), plan.variant_of(unit)
     return [failed_cell({"run_id": run_id, "run_date": plan.run_date,
                          **cell_identity(plan.spec, target, variant, w.name, p)}, reason)
-            for w in plan.spec.workloads for p in plan.spec.load.points_for(w)]
+            for w in plan.spec.workloads_for(unit.target) for p in plan.spec.load.points_for(w)]

@@ -109,7 +109,7 @@ class UnitRows:
         return "; ".join(notes) or None
 
     def failed_cells(self, reason: str, argv: list[str] | None) -> None:
-        for workload in self.spec.workloads:
+        for workload in self.spec.workloads_for(self.target.name):
             for point in self.spec.load.points_for(workload):
                 self.failed_cell(workload.name, point, argv, reason)
 

@@ -215,7 +215,7 @@ class VariantRunner:
             log.exception("no tokenizer for %s", self.variant.name)
             rows.failed_cells(self._build_failure(exc), endpoint.argv)
             tokenizer = None
-        for workload in self.spec.workloads if tokenizer else []:
+        for workload in self.spec.workloads_for(self.target.name) if tokenizer else []:
             for point in self.spec.load.points_for(workload):
                 if self.only_cells is not None and \
                         (workload.name, point.label) not in self.only_cells:

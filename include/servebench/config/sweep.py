@@ -33,6 +33,9 @@ class TargetSpec(_Strict):
     baseline: str | None = Field(None, description="the variant the gate and the levers "
                                                    "compare with (default: the first)")
     golden_sets: list[str] = Field(default_factory=list)
+    workloads: list[str] | None = Field(
+        None, min_length=1, description="the sweep's workloads (by name) this target's "
+        "variants run; default: every one")
     provision: Provision | None = None
 
     def price_per_hour(self, sweep_price: float) -> float:
@@ -134,6 +137,12 @@ class SweepSpec(_Strict):
             if unknown:
                 raise ValueError(f"cross_stack group {group.name!r} names {unknown}, which are "
                                  f"not target/variant pairs of this sweep")
+        defined = {w.name for w in self.workloads}
+        for target in self.targets:
+            unknown = [w for w in target.workloads or [] if w not in defined]
+            if unknown:
+                raise ValueError(f"target {target.name!r} names workloads {unknown} that the "
+                                 f"sweep does not define (defined: {sorted(defined)})")
         known = {g.name for g in self.golden_sets}
         for target in self.targets:
             missing = [g for g in target.golden_sets if g not in known]
@@ -150,6 +159,11 @@ class SweepSpec(_Strict):
         payload = json.dumps(self.model_dump(mode="json", exclude={"trends"}),
                              sort_keys=True).encode()
         return hashlib.sha256(payload).hexdigest()[:16]
+
+    def workloads_for(self, target: str) -> list[Workload]:
+        """The workloads target ``target``'s variants run, in the sweep's order."""
+        chosen = self.target(target).workloads
+        return [w for w in self.workloads if chosen is None or w.name in chosen]
 
     def golden_set(self, name: str) -> GoldenSetRef:
         return next(g for g in self.golden_sets if g.name == name)

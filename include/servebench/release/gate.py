@@ -87,7 +87,7 @@ def gate_spec(params: ReleaseGateParams, settings: Settings | None = None) -> Sw
     if unknown:
         raise ValueError(f"param thresholds: unknown metric(s) {unknown}; known: "
                          f"{sorted(TRENDED)}")
-    workloads = [w for w in spec.workloads
+    workloads = [w for w in spec.workloads_for(target.name)
                  if params.workloads is None or w.name in params.workloads]
     missing = sorted(set(params.workloads or []) - {w.name for w in workloads})
     if missing:
@@ -100,7 +100,7 @@ def gate_spec(params: ReleaseGateParams, settings: Settings | None = None) -> Sw
         "load": {**spec.load.model_dump(), "rates": [], "slo_search": None,
                  "concurrency": params.concurrency or spec.load.concurrency},
         "slos": (params.slos or spec.slos).model_dump(), "cross_stack": [],
-        "targets": [{**target.model_dump(), "baseline": baseline,
+        "targets": [{**target.model_dump(), "baseline": baseline, "workloads": None,
                      "variants": [v.model_dump() for v in variants]}],
     })
 

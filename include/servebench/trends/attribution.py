@@ -56,7 +56,9 @@ def cell_spec(spec: dict, *, target: str, variant: str, workload: str | None) ->
     for t in spec.get("targets") or []:
         if t.get("name") != target:
             continue
-        _flatten({k: v for k, v in t.items() if k != "variants"}, "target", flat)
+        # which workloads the target runs is no cause of a cell of one of them
+        _flatten({k: v for k, v in t.items() if k not in ("variants", "workloads")}, "target",
+                 flat)
         for v in t.get("variants") or []:
             if v.get("name") == variant:
                 _flatten(v, "variant", flat)

@@ -143,3 +143,16 @@ def test_a_knob_the_targets_stack_lacks_is_an_error_naming_the_field():
          "tensor_parallel_size": 2}]}
     with pytest.raises(SpecError, match="stack 'openai_api' has no option tensor_parallel_size"):
         parse_sweep({**_local(), "cross_stack": [], "targets": [hosted]}, "hosted.yaml")
+
+
+def test_a_target_runs_the_workloads_it_names_and_only_known_ones():
+    spec = parse_sweep(_local(), "local.yaml")
+    everything = [w.name for w in spec.workloads]
+    assert [w.name for w in spec.workloads_for("adder-llamacpp")] == everything
+    assert [w.name for w in spec.workloads_for("adder-vllm")] == [
+        "fixed-64x32", "shared-prefix-128+16x16"]
+    data = _local()
+    data["targets"][1]["workloads"] = ["fixed-64x32", "nope"]
+    with pytest.raises(SpecError, match=r"target 'adder-transformers' names workloads "
+                                        r"\['nope'\] that the sweep does not define"):
+        parse_sweep(data, "x.yaml")
