@@ -25,6 +25,7 @@ from servebench.notify.digest import (
     summary_table,
 )
 from servebench.notify.energy import energy_lines
+from servebench.notify.speculation import speculation_lines
 from servebench.settings import get_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -87,6 +88,11 @@ def _summary(run_id: str | None, require_ok: bool) -> int:
     if energy:
         print("\nenergy (the host's counter over each cell's measured window):")
         for line in energy:
+            print("  " + line)
+    speculation = speculation_lines(cells)
+    if speculation:
+        print("\nspeculative decoding (the engine's counters over each cell):")
+        for line in speculation:
             print("  " + line)
     print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
     print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals, units, "

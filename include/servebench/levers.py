@@ -213,6 +213,9 @@ def lever_rows(cells: pd.DataFrame, requests: pd.DataFrame,
         row["engine_note"] = engine_note(cell, base)
         row.update(memory_change(cell, base))
         row.update(energy_change(cell, base))
+        # what the variant's drafts bought it: its own acceptance, beside its TPOT change
+        row["spec_acceptance_rate"] = cell.get("spec_acceptance_rate")
+        row["spec_acceptance_length"] = cell.get("spec_acceptance_length")
         acc, base_acc = cell.get("accuracy"), base.get("accuracy")
         row["accuracy_delta_points"] = (100 * (acc - base_acc)
                                         if acc is not None and base_acc is not None else None)

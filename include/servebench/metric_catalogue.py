@@ -111,6 +111,12 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("requests_waiting_peak", "higher_is_worse", "queued peak", tail=True,
            unit="requests", trended=False),
     Metric("preemptions", "higher_is_worse", "preemptions", tail=True, unit="count"),
+    # speculative decoding (telemetry.speculation): an acceptance collapse is a regression
+    # even when the answers hold -- the drafts now cost and buy nothing
+    Metric("spec_acceptance_rate", "lower_is_worse", "acceptance", unit="share",
+           bounds=SHARE),
+    Metric("spec_acceptance_length", "lower_is_worse", "acceptance length", unit="tokens",
+           trended=False, bounds=(1.0, None)),
     # capacity (an slo cell): "the stack now takes 12% less load within SLO"; req/s open
     # loop, workers closed loop
     Metric("max_load_within_slo", "lower_is_worse", "load within SLO", fixed_load=False,

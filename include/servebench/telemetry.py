@@ -169,8 +169,31 @@ class GaugeSampler(Periodic):
         return out
 
 
+def speculation(gauges: EngineGauges, delta: dict[str, float],
+                speculative: bool = True) -> dict[str, float | None]:
+    """A cell's speculative decoding from the engine's counters over the cell: tokens drafted
+    and accepted, the acceptance rate (accepted / drafted) and the mean acceptance length
+    (1 + accepted / verification steps: the tokens each target step emits, as llama.cpp and
+    vLLM log it). None where the engine counts nothing (no such metric) or the variant does
+    not speculate (llama-server exports its zero counters all the same); a speculative
+    server that drafted nothing has 0 drafted and no rate."""
+    def count(name: str | None) -> float | None:
+        return _sum_family(delta, name) if name and speculative else None
+
+    accepted, drafted = count(gauges.spec_accepted), count(gauges.spec_drafted)
+    steps = count(gauges.spec_drafts)
+    return {
+        "spec_draft_tokens": drafted,
+        "spec_accepted_tokens": accepted,
+        "spec_acceptance_rate": accepted / drafted if accepted is not None and drafted else None,
+        "spec_acceptance_length": 1 + accepted / steps if accepted is not None and steps
+        else None,
+    }
+
+
 def engine_telemetry(gauges: EngineGauges, sampler: GaugeSampler, delta: dict[str, float],
-                     window: tuple[float, float]) -> dict[str, float | int | None]:
+                     window: tuple[float, float],
+                     speculative: bool = True) -> dict[str, float | int | None]:
     """A cell's engine telemetry columns: each gauge's peak and mean over the measured window,
     the preemptions over the cell, the speculative acceptance rate (accepted / proposed draft
     tokens), and how many samples fell in the window. None where the engine has no such
@@ -183,8 +206,6 @@ def engine_telemetry(gauges: EngineGauges, sampler: GaugeSampler, delta: dict[st
         row[f"{column}_peak"] = max(values) if values else None
         row[f"{column}_mean"] = sum(values) / len(values) if values else None
     row["preemptions"] = _sum_family(delta, gauges.preemptions) if gauges.preemptions else None
-    accepted = _sum_family(delta, gauges.spec_accepted) if gauges.spec_accepted else None
-    drafted = _sum_family(delta, gauges.spec_drafted) if gauges.spec_drafted else None
-    row["spec_acceptance_rate"] = accepted / drafted if accepted is not None and drafted else None
+    row.update(speculation(gauges, delta, speculative))
     row["telemetry_samples"] = n if gauges.gauges() and sampler.url else None
     return row

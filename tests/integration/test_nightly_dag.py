@@ -24,6 +24,11 @@ WHY = {} if "avx512f" in cpu_flags() or "amx_tile" in cpu_flags() else {
     **dict.fromkeys(["w4a16-gptq", "w4a16-awq"], "built only for CPUs with avx512f"),
     "bf16-kv-fp8": "keeps an fp8 KV cache only on CPUs with avx512f or amx_tile"}
 REFUSED = set(WHY)
+LLAMA_CPP = ("f16", "f16-nocache", "q8_0", "q4_k_m", "q2_k", "f16-spec-draft", "f16-spec-ngram",
+             "adder-300k")
+VLLM = ("bf16", "bf16-nocache", *QUANTIZED, "bf16-spec-draft")
+CELLS_PER_VARIANT = {**{("adder-llamacpp", v): 6 for v in LLAMA_CPP},
+                     ("adder-transformers", "f32"): 4, **{("adder-vllm", v): 4 for v in VLLM}}
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +59,11 @@ def test_dag_run_succeeds(published):
 def test_every_cell_present_and_valid(published):
     _, store, _ = published
     cells = store.read_table("cells").to_pandas()
-    # 12 variants x 2 workloads x 2 concurrencies, one row each
-    assert len(cells) == 48
+    # each variant's workloads x 2 concurrencies, one row each: llama.cpp's target runs the
+    # random-text workload too (its speculative variants' loss), the others two workloads
+    assert len(cells) == sum(CELLS_PER_VARIANT.values())
     counts = cells.groupby(["target", "variant"]).size()
-    assert set(counts) == {4}, counts
+    assert counts.to_dict() == CELLS_PER_VARIANT, counts
     assert set(cells["stack"]) == {"llama_cpp", "vllm", "transformers"}
     # every cell names the suite code it ran, its own stack's adapter among it
     modules = {"llama_cpp": "stacks/llama_cpp.py", "vllm": "stacks/vllm.py",
@@ -99,7 +105,8 @@ def test_output_tokens_equal_what_was_asked(published):
     _, store, _ = published
     reqs = store.read_table("requests").to_pandas()
     measured = reqs[~reqs["warmup"]]
-    assert len(measured) == (48 - 4 * len(REFUSED)) * 24
+    assert len(measured) == sum(n for (_, v), n in CELLS_PER_VARIANT.items()
+                                if v not in REFUSED) * 24
     assert (measured["output_tokens"] == measured["output_tokens_requested"]).all()
     assert measured["first_chunk_at"].notna().all()
 
@@ -190,7 +197,9 @@ def test_servers_stopped_and_digest_written(published):
 def test_detect_attached_the_nights_alerts(published):
     _, store, _ = published
     alerts = store.read_table("changes").to_pandas()
-    assert alerts[["kind", "variant"]].values.tolist() == [["gate_failure", "q2_k"]]
+    # the harsh quant and the smaller model: each failed the gate
+    assert sorted(alerts[["kind", "variant"]].values.tolist()) == [
+        ["gate_failure", "adder-300k"], ["gate_failure", "q2_k"]]
 
 
 def test_quantized_vllm_variants_are_made_served_and_judged(published):
@@ -233,7 +242,7 @@ def test_each_unit_stores_what_it_held(published):
     lever table's memory columns."""
     _, store, _ = published
     units = store.read_table("units").to_pandas().set_index("unit_id")
-    assert len(units) == 12 - len(REFUSED)  # a refused unit held nothing
+    assert len(units) == len(CELLS_PER_VARIANT) - len(REFUSED)  # a refused unit held nothing
     for column, source in (("weights_bytes", "weights_source"),
                            ("kv_cache_tokens", "kv_cache_source"),
                            ("peak_rss_bytes", "peak_rss_source")):
@@ -248,3 +257,44 @@ def test_each_unit_stores_what_it_held(published):
     text = Path(next(f for f in store.find("digests") if f.endswith(".md"))).read_text()
     assert "## Memory" in text and "adder-llamacpp/q4_k_m: weights " in text
     assert "peak memory" in text.split("## What each variant buys")[1]  # a lever column
+
+
+@pytest.mark.parametrize("target, variant, twin", [
+    ("adder-llamacpp", "f16-spec-draft", "f16"), ("adder-llamacpp", "f16-spec-ngram", "f16"),
+    ("adder-vllm", "bf16-spec-draft", "bf16")])
+def test_speculative_variants_draft_accept_and_answer_as_their_twins(published, target,
+                                                                     variant, twin):
+    """Each speculative cell stores the engine's acceptance (> 0 where it drafted) and the
+    gate found the golden-set answers identical, item for item, to the same weights without
+    speculation; the digest lists it with its acceptance."""
+    _, store, _ = published
+    cells = store.read_table("cells").to_pandas()
+    mine = cells[(cells["target"] == target) & (cells["variant"] == variant)]
+    assert len(mine) == CELLS_PER_VARIANT[(target, variant)]
+    assert (mine["status"] == "ok").all(), mine["reason"]
+    # drafted in every cell; on fixed-64x32's 32 output tokens some always accepted (a
+    # shared-prefix cell's 16 leave n-grams next to nothing to match: none accepted is data)
+    assert mine["spec_draft_tokens"].notna().all() and (mine["spec_draft_tokens"] >= 0).all()
+    fixed = mine[mine["workload"] == "fixed-64x32"]
+    assert (fixed["spec_draft_tokens"] > 0).all() and (fixed["spec_acceptance_rate"] > 0).all()
+    assert mine["spec_acceptance_rate"].dropna().between(0, 1).all()
+    assert (fixed["spec_acceptance_length"] > 1).all()
+    assert set(mine["gate_verdict"]) == {"pass"}, mine["gate_reason"].iloc[0]
+    assert mine["gate_reason"].iloc[0].startswith(f"identical answers to {twin} on all ")
+    plain = cells[(cells["target"] == target) & (cells["variant"] == twin)]
+    assert plain["spec_draft_tokens"].isna().all()  # no speculation, no counts
+    digest = Path(next(f for f in store.find("digests") if f.endswith(".md"))).read_text()
+    assert f"{target}/{variant}: acceptance " in digest
+
+
+def test_the_smaller_model_is_a_lever_the_gate_fails(published):
+    """adder-300k (the draft) served as its own variant: faster and smaller than f16, and
+    failed by the gate, named as a significant drop."""
+    _, store, _ = published
+    cells = store.read_table("cells").to_pandas()
+    small = cells[(cells["target"] == "adder-llamacpp") & (cells["variant"] == "adder-300k")]
+    assert len(small) == 6 and (small["status"] == "ok").all()
+    assert set(small["gate_verdict"]) == {"fail"}, small["gate_reason"].iloc[0]
+    units = store.read_table("units").to_pandas().set_index("unit_id")
+    assert units.loc["adder-llamacpp--adder-300k", "weights_bytes"] < \
+        0.2 * units.loc["adder-llamacpp--f16", "weights_bytes"]

@@ -118,3 +118,33 @@ def test_engine_version_in_provenance_names_the_build_flags():
 
     version = get_stack("llama_cpp").version(Settings())
     assert "llama-cpp-python==" in version and "-mno-amx-int8" in version
+
+
+@pytest.mark.parametrize("method", ["draft", "eagle3", "mtp", "ngram"])
+def test_llama_servers_own_parser_takes_every_speculative_flag_rendered(tmp_path, method):
+    """Each speculative method the adapter maps, locally and in a container, parsed by the
+    built llama-server itself (``--help`` after the flags: an unknown one exits 1 first)."""
+    import subprocess
+
+    from servebench.config import VariantSpec
+    from servebench.config.variants import SpeculativeSpec
+    from servebench.stacks import get_stack
+
+    settings = Settings()
+    draft = "build/models/adder-300k-f16.gguf" if method in ("draft", "eagle3") else None
+    variant = VariantSpec(name="s", model="build/models/adder-3m-f16.gguf", quant="f16",
+                          threads=1, speculative=SpeculativeSpec(
+                              method=method, draft_model=draft, num_speculative_tokens=4,
+                              ngram_max=3 if method == "ngram" else None))
+    stack = get_stack("llama_cpp")
+    assert stack.check(variant, settings) == []
+    local = stack.local_launch(variant, host="127.0.0.1", port=1, settings=settings).argv
+    container = stack.container_launch(variant, port=1, settings=settings).command
+    server = str(settings.llama_bin / "llama-server")
+    for argv in (local[1:], container):
+        out = subprocess.run([server, *argv, "--help"], capture_output=True, text=True,
+                             timeout=30)
+        assert out.returncode == 0, out.stderr[-500:]
+    bogus = subprocess.run([server, *local[1:], "--spec-bogus", "1", "--help"],
+                           capture_output=True, text=True, timeout=30)
+    assert bogus.returncode == 1 and "--spec-bogus" in bogus.stderr

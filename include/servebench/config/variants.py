@@ -112,14 +112,19 @@ class ContainerOption(BaseModel):
     image: str | None = Field(None, description="container image override (provisioned hosts)")
 
 
-class GpuOptions(BaseModel):
+class SpeculativeOption(BaseModel):
+    """Stacks with speculative decoding (llama_cpp and the GPU engines)."""
+
+    speculative: SpeculativeSpec | None = None
+
+
+class GpuOptions(SpeculativeOption):
     """The GPU engines serving a Hugging Face checkpoint (vllm, sglang, trtllm, tgi)."""
 
     revision: str | None = Field(None, description="hub revision (commit) of the model")
     kv_cache_dtype: str | None = Field(None, description="auto, fp8, fp8_e4m3, fp8_e5m2, ...")
     max_num_batched_tokens: int | None = Field(None, gt=0, description="tokens per step")
     tensor_parallel_size: int = Field(1, ge=1, le=64)
-    speculative: SpeculativeSpec | None = None
     gpu_memory_utilization: float | None = Field(None, gt=0, le=1)
 
 
@@ -132,8 +137,9 @@ class RecipeOption(BaseModel):
         None, description="make the checkpoint from ``model`` by this quantization recipe")
 
 
-class LlamaCppVariant(VariantOptions, ThreadsOption, ContainerOption):
-    """What a llama.cpp variant may set (a GGUF file, CPU threads, the server image)."""
+class LlamaCppVariant(VariantOptions, ThreadsOption, ContainerOption, SpeculativeOption):
+    """What a llama.cpp variant may set (a GGUF file, CPU threads, the server image,
+    speculative decoding with a draft GGUF or n-grams)."""
 
 
 class TransformersVariant(VariantOptions, ThreadsOption, DtypeOption):

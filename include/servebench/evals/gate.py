@@ -20,6 +20,11 @@ Verdict -- the gate never says "pass" when it cannot tell:
                 items that do not pair up, or too many failed requests on either side.
 The release gate treats inconclusive as "needs a person" (or as a failure, configured so).
 
+A speculative variant under greedy sampling must also return, item by item, the answers of the
+variant that serves the same weights without speculation (its *twin*, :func:`speculative_twin`):
+speculation promises an unchanged output, so one differing answer fails it, naming the items,
+whatever its accuracy (:func:`exactness`).
+
 A variant whose target has no golden set is ``not_judged`` (:func:`gate_columns`): nothing was
 asked of its answers, which is not evidence too weak to decide; the baseline variant of a
 target that has one is ``baseline``.
@@ -150,19 +155,49 @@ def items_to_decide(n: int, worse: int, better: int, alpha: float) -> int | None
     return None
 
 
+def speculative_twin(target, variant) -> str | None:
+    """The variant of ``target`` that serves ``variant``'s weights (model and quant) without
+    speculative decoding -- the baseline where it does --; None if none does."""
+    twins = [v.name for v in target.variants
+             if v.speculative is None and v.model == variant.model and v.quant == variant.quant
+             and v.name != variant.name]
+    baseline = target.baseline or target.variants[0].name
+    return baseline if baseline in twins else (twins[0] if twins else None)
+
+
+def exactness(mine: Mapping[str, str | None], theirs: Mapping[str, str | None],
+              twin: str) -> tuple[bool, str]:
+    """(identical, why): a speculative variant's golden-set answers against its twin's, item
+    by item (None: the request failed, which matches nothing)."""
+    items = sorted(set(mine) | set(theirs))
+    differ = [i for i in items if mine.get(i) is None or mine.get(i) != theirs.get(i)]
+    if not differ:
+        return True, f"identical answers to {twin} on all {len(items)} items"
+    named = ", ".join(differ[:FLIPPED_NAMED])
+    more = f" and {len(differ) - FLIPPED_NAMED} more" if len(differ) > FLIPPED_NAMED else ""
+    return False, (f"speculation changed {len(differ)} of {len(items)} greedy answers against "
+                   f"{twin}: {named}{more}")
+
+
 def gate_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
     """Gate every variant of every target against its baseline on the target's first golden
-    set (a target without one: every variant ``not_judged``); returns the cells-table gate
+    set (a target without one: every variant ``not_judged``), and a speculative variant's
+    answers against its twin's where sampling is greedy; returns the cells-table gate
     columns keyed by (target, variant)."""
     answers: dict[tuple[str, str], dict[str, Outcome]] = {}
+    texts: dict[tuple[str, str], dict[str, str | None]] = {}
     for target in spec.targets:
         if not target.golden_sets:
             continue
         headline = target.golden_sets[0]
         for row in evals:
             if row["target"] == target.name and row["golden_set"] == headline:
-                answers.setdefault((target.name, row["variant"]), {})[row["item_id"]] = Outcome(
-                    bool(row["correct"]), row.get("error") is not None)
+                key = (target.name, row["variant"])
+                failed = row.get("error") is not None
+                answers.setdefault(key, {})[row["item_id"]] = Outcome(bool(row["correct"]),
+                                                                      failed)
+                texts.setdefault(key, {})[row["item_id"]] = \
+                    None if failed or row.get("answer") is None else str(row["answer"])
     columns: dict[tuple[str, str], dict] = {}
     for target in spec.targets:
         baseline = target.baseline or target.variants[0].name
@@ -187,8 +222,30 @@ def gate_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:
                 v = gate(base, mine, alpha=spec.gate.alpha, floor=spec.gate.floor)
                 col.update(gate_verdict=v.verdict, gate_reason=v.reason, gate_p_value=v.p_value,
                            gate_relative=v.relative, gate_flipped_ids=v.flipped_ids)
+            if variant.speculative is not None and variant.name != baseline and mine:
+                col.update(_exactness_columns(spec, target, variant, texts, col))
             columns[key] = col
     return columns
+
+
+def _exactness_columns(spec, target, variant, texts, col: dict) -> dict:
+    """A speculative variant's verdict with its exactness: failed on any changed greedy
+    answer; otherwise its gate verdict, the reason saying what was (or was not) checked."""
+    twin = speculative_twin(target, variant)
+    reason = col.get("gate_reason", "")
+    if spec.sampling.temperature != 0:
+        return {"gate_reason": f"{reason}; sampling is not greedy: exactness against the "
+                               "variant without speculation not checked"}
+    if twin is None or (target.name, twin) not in texts:
+        why = ("no variant of the target serves its weights without speculation"
+               if twin is None else f"no golden-set answers from {twin}")
+        return {"gate_verdict": "inconclusive" if col.get("gate_verdict") == "pass"
+                else col.get("gate_verdict"),
+                "gate_reason": f"{why}: exactness not checked; {reason}"}
+    same, why = exactness(texts[(target.name, variant.name)], texts[(target.name, twin)], twin)
+    if not same:
+        return {"gate_verdict": "fail", "gate_reason": f"{why}; {reason}"}
+    return {"gate_reason": f"{why}; {reason}"}
 
 
 def cross_stack_columns(spec, evals: list[dict]) -> dict[tuple[str, str], dict]:

@@ -19,6 +19,7 @@ from servebench.defaults import BOARD_PATH
 from servebench.loadgen.modes import SEARCHED_MODES, is_searched
 from servebench.metric_catalogue import BY_COLUMN, metric_label, shown_in
 from servebench.notify.energy import energy_lines
+from servebench.notify.speculation import speculation_lines
 
 MISSING = "-"
 SORT_KEYS = ["target", "variant", "workload", "load_mode", "concurrency", "request_rate"]
@@ -526,6 +527,15 @@ ENERGY_LEVER_COLUMN: Column = (
     lambda r: MISSING if is_missing(r.get("energy_pct")) else f"{r['energy_pct']:+.1f}%", True)
 
 
+# a speculative variant's own acceptance (telemetry.speculation), beside its TPOT change
+SPEC_LEVER_COLUMN: Column = (
+    metric_label("spec_acceptance_rate"),
+    lambda r: MISSING if is_missing(r.get("spec_acceptance_rate")) else
+    f"{r['spec_acceptance_rate']:.0%}" + (
+        "" if is_missing(r.get("spec_acceptance_length"))
+        else f" ({r['spec_acceptance_length']:.2f} tok/step)"), True)
+
+
 def lever_columns(rows: list[dict]) -> list[Column]:
     """The lever table's columns (an engine column where some variant's engine differs)."""
     from servebench.levers import LEVERS
@@ -540,6 +550,8 @@ def lever_columns(rows: list[dict]) -> list[Column]:
                                       for r in rows) else []),
         *([ENERGY_LEVER_COLUMN] if any(not is_missing(r.get("energy_pct")) for r in rows)
           else []),
+        *([SPEC_LEVER_COLUMN] if any(not is_missing(r.get("spec_acceptance_rate"))
+                                     for r in rows) else []),
         (metric_label("accuracy"), lambda r: MISSING if is_missing(r.get("accuracy_delta_points"))
          else f"{r['accuracy_delta_points']:+.1f} pts", True),
         ("gate", lambda r: fmt_verdict(r.get("gate_verdict")), False),
@@ -589,7 +601,8 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
     targets = list(dict.fromkeys(fmt_text(r.get("target")) for r in records))
     for target in targets:
         rows = [r for r in records if fmt_text(r.get("target")) == target]
-        first = rows[0]
+        # the target as its baseline serves it (another variant may serve another model)
+        first = next((r for r in rows if r.get("variant") == r.get("gate_baseline")), rows[0])
         about = ", ".join(
             fmt_text(first.get(k)) for k in ("stack", "model", "engine_version")
             if not is_missing(first.get(k))
@@ -615,6 +628,12 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         out += ["", "## Energy", "", "_The host's energy counter over each cell's measured "
                 "window, where its hardware counts it._", ""]
         out += [f"- {line}" for line in energy]
+    speculation = speculation_lines(cells)
+    if speculation:
+        out += ["", "## Speculative decoding", "", "_Per speculative variant: the engine's "
+                "acceptance over its cells, and its greedy answers against the same weights "
+                "without speculation._", ""]
+        out += [f"- {line}" for line in speculation]
     capacity = slo_lines(cells)
     if capacity:
         out += ["", "## Load within SLO", "",

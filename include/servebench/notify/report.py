@@ -32,6 +32,7 @@ from servebench.notify.digest import (
     slo_lines,
 )
 from servebench.notify.energy import energy_lines
+from servebench.notify.speculation import speculation_lines
 
 STYLE = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 24px auto; max-width: 1180px;
@@ -172,6 +173,11 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
     if energy:
         out.append("<h2>Energy</h2><ul>")
         out += [f"<li>{escape(line)}</li>" for line in energy]
+        out.append("</ul>")
+    speculation = speculation_lines(cells)
+    if speculation:
+        out.append("<h2>Speculative decoding</h2><ul>")
+        out += [f"<li>{escape(line)}</li>" for line in speculation]
         out.append("</ul>")
     capacity = slo_lines(cells)
     if capacity:

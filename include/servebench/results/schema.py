@@ -207,7 +207,11 @@ CELLS = pa.schema(
         _f("requests_waiting_peak", _F64),  # requests queued for a slot
         _f("requests_waiting_mean", _F64),
         _f("preemptions", _F64),
+        # speculative decoding, from the engine's counters (telemetry.speculation)
+        _f("spec_draft_tokens", _F64),
+        _f("spec_accepted_tokens", _F64),
         _f("spec_acceptance_rate", _F64),  # accepted / proposed draft tokens
+        _f("spec_acceptance_length", _F64),  # 1 + accepted / verification steps
         _f("telemetry_samples", _I32),
         # its unit's memory, the same in each of the unit's cells (bench.memory; the units
         # row says where each figure came from, or why it is null)

@@ -47,6 +47,7 @@ class EngineGauges:
     preemptions: str | None = None  # requests preempted or retracted (counter)
     spec_accepted: str | None = None  # speculative tokens accepted (counter)
     spec_drafted: str | None = None  # speculative tokens proposed (counter)
+    spec_drafts: str | None = None  # speculative verification steps (counter)
 
     def gauges(self) -> dict[str, str]:
         """Column stem -> sample name, for the gauges the engine has."""

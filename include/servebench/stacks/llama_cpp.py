@@ -36,6 +36,12 @@ SLOTS_LINE = re.compile(r"n_slots = (\d+), n_ctx_slot = (\d+), kv_unified = '(tr
 # llama.cpp's CUDA server image; the tag floats with each build, so pin it per variant
 # (``image: ghcr.io/ggml-org/llama.cpp:server-cuda-b<build>@sha256:...``)
 DEFAULT_IMAGE = "ghcr.io/ggml-org/llama.cpp:server-cuda"
+# the spec's speculative methods as llama-server's --spec-type (common/speculative.cpp); EAGLE
+# v1 and Medusa heads have no llama.cpp implementation
+SPEC_TYPES = {"draft": "draft-simple", "eagle3": "draft-eagle3", "mtp": "draft-mtp",
+              "ngram": "ngram-simple"}
+# where a container finds a draft GGUF that is not beside the served one
+DRAFT_MOUNT = "/draft"
 
 
 @register_stack
@@ -47,7 +53,8 @@ class LlamaCppStack(StackAdapter):
     engine_gauges = EngineGauges(
         running="llamacpp:requests_processing", waiting="llamacpp:requests_deferred",
         spec_accepted="llamacpp:spec_decode_num_accepted_tokens_total",
-        spec_drafted="llamacpp:spec_decode_num_draft_tokens_total")
+        spec_drafted="llamacpp:spec_decode_num_draft_tokens_total",
+        spec_drafts="llamacpp:spec_decode_num_drafts_total")
     version_path = "/props"  # {"build_info": "b<build>-<commit>", ...}
     # prompt tokens reused from the cache / processed (the cached ones not included)
     prefix_cache_counters = (PrefixCacheCounters(
@@ -66,7 +73,7 @@ class LlamaCppStack(StackAdapter):
             )
         if settings.resolve(variant.model).suffix != ".gguf":
             problems.append(f"model {variant.model!r} is not a .gguf file")
-        return problems
+        return [*problems, *speculative_problems(variant, settings)]
 
     def local_problems(self, variant: VariantSpec, settings: Settings) -> list[str]:
         """The GGUF and llama-server are on this worker."""
@@ -74,6 +81,11 @@ class LlamaCppStack(StackAdapter):
         model = settings.resolve(variant.model)
         if model.suffix == ".gguf" and not model.is_file():
             problems.append(f"model file {model} does not exist (run `make models`)")
+        spec = variant.speculative
+        draft = settings.resolve(spec.draft_model) if spec and spec.draft_model else None
+        if draft is not None and not draft.is_file():
+            problems.append(f"field speculative.draft_model: {draft} does not exist (run "
+                            "`make models`)")
         if not self._server_bin(settings).is_file():
             problems.append(
                 f"llama-server not found in {settings.llama_bin} (run `make llama`, or set "
@@ -82,7 +94,7 @@ class LlamaCppStack(StackAdapter):
         return problems
 
     def _args(self, variant: VariantSpec, model: str, *, served: str, host: str,
-              port: int) -> list[str]:
+              port: int, draft: str | None = None) -> list[str]:
         return [
             "--model", model,
             "--alias", served,
@@ -97,6 +109,7 @@ class LlamaCppStack(StackAdapter):
             "--no-webui",
             "--cache-prompt" if variant.prefix_caching else "--no-cache-prompt",
             *(["--threads", str(variant.threads)] if variant.threads else []),
+            *speculative_args(variant, draft),
             *variant.extra_args,
         ]
 
@@ -104,30 +117,44 @@ class LlamaCppStack(StackAdapter):
         self, variant: VariantSpec, *, host: str, port: int, settings: Settings
     ) -> LaunchSpec:
         served = Path(variant.model).stem
+        spec = variant.speculative
+        draft = str(settings.resolve(spec.draft_model)) if spec and spec.draft_model else None
         argv = [str(self._server_bin(settings)),
                 *self._args(variant, str(settings.resolve(variant.model)), served=served,
-                            host=host, port=port)]
+                            host=host, port=port, draft=draft)]
         return LaunchSpec(argv=argv, served_model=served)
 
     def container_launch(
         self, variant: VariantSpec, *, port: int, settings: Settings
     ) -> ContainerLaunch:
         """The project's server image (entrypoint ``/app/llama-server``), every layer on the
-        GPU; the GGUF's folder is mounted read-only at ``/models``."""
+        GPU; the GGUF's folder is mounted read-only at ``/models`` (a draft GGUF's, when it
+        lies elsewhere, at ``/draft``)."""
         model = settings.resolve(variant.model)
         served = model.stem
+        volumes = {str(model.parent): "/models"}
+        spec = variant.speculative
+        draft = None
+        if spec and spec.draft_model:
+            path = settings.resolve(spec.draft_model)
+            if path.parent == model.parent:
+                draft = f"/models/{path.name}"
+            else:
+                volumes[str(path.parent)] = DRAFT_MOUNT
+                draft = f"{DRAFT_MOUNT}/{path.name}"
         return ContainerLaunch(
             image=variant.image or DEFAULT_IMAGE,
             entrypoint=None,  # the image's own: llama-server
             command=[*self._args(variant, f"/models/{model.name}", served=served,
-                                 host="0.0.0.0", port=port),
-                     "--n-gpu-layers", "999"],
+                                 host="0.0.0.0", port=port, draft=draft),
+                     "--n-gpu-layers", "999",
+                     *(["--spec-draft-ngl", "999"] if draft else [])],
             served_model=served,
             port=port,
             ports={port: port},
             gpus=1,
             shm_size=None,
-            volumes={str(model.parent): "/models"},
+            volumes=volumes,
         )
 
     def chat_body(
@@ -177,6 +204,45 @@ class LlamaCppStack(StackAdapter):
         if source.is_file():
             version += f"; from {source.read_text().strip()}"
         return version
+
+
+def speculative_problems(variant: VariantSpec, settings: Settings) -> list[str]:
+    """What of the spec's speculative block llama-server cannot do."""
+    spec = variant.speculative
+    if spec is None:
+        return []
+    if spec.method not in SPEC_TYPES:
+        return [f"field speculative.method {spec.method!r}: llama.cpp's --spec-type offers "
+                f"{sorted(SPEC_TYPES)} (draft-simple, draft-eagle3, draft-mtp, ngram-simple)"]
+    problems = []
+    if spec.method == "ngram" and spec.ngram_min is not None:
+        problems.append("field speculative.ngram_min: llama.cpp's ngram-simple matches one "
+                        "n-gram length (ngram_max, --spec-ngram-simple-size-n)")
+    if spec.draft_model and settings.resolve(spec.draft_model).suffix != ".gguf":
+        problems.append(f"field speculative.draft_model {spec.draft_model!r}: llama.cpp "
+                        "drafts with a .gguf file")
+    return problems
+
+
+def speculative_args(variant: VariantSpec, draft: str | None) -> list[str]:
+    """llama-server's flags for the variant's speculative block (common/arg.cpp): the type,
+    the draft GGUF with as many threads as the target, and the tokens drafted per step
+    (ngram-simple's m-gram length)."""
+    spec = variant.speculative
+    if spec is None:
+        return []
+    n = str(spec.num_speculative_tokens)
+    args = ["--spec-type", SPEC_TYPES[spec.method]]
+    if spec.method == "ngram":
+        args += ["--spec-ngram-simple-size-m", n]
+        if spec.ngram_max is not None:
+            args += ["--spec-ngram-simple-size-n", str(spec.ngram_max)]
+        return args
+    if draft:
+        args += ["--spec-draft-model", draft]
+        if variant.threads:
+            args += ["--spec-draft-threads", str(variant.threads)]
+    return [*args, "--spec-draft-n-max", n]
 
 
 def kv_capacity(log: str | None, props: str | None) -> tuple[int | None, str]:

@@ -79,14 +79,16 @@ def installed_build(venv: Path) -> tuple[str, str] | None:
     return None
 
 
-def speculative_config(variant: VariantSpec) -> dict | None:
+def speculative_config(variant: VariantSpec, draft_model: str | None = None) -> dict | None:
+    """``--speculative-config`` for the variant; ``draft_model`` where the draft is a folder
+    on this host (the spec's path resolved), else the spec's (a hub id)."""
     spec = variant.speculative
     if spec is None:
         return None
     cfg: dict = {"method": SPEC_METHODS[spec.method],
                  "num_speculative_tokens": spec.num_speculative_tokens}
     if spec.draft_model:
-        cfg["model"] = spec.draft_model
+        cfg["model"] = draft_model or spec.draft_model
     if spec.method == "ngram":
         if spec.ngram_max is not None:
             cfg["prompt_lookup_max"] = spec.ngram_max
@@ -130,7 +132,8 @@ class VllmStack(HfGpuStack):
         kv_cache_usage="vllm:kv_cache_usage_perc", running="vllm:num_requests_running",
         waiting="vllm:num_requests_waiting", preemptions="vllm:num_preemptions_total",
         spec_accepted="vllm:spec_decode_num_accepted_tokens_total",
-        spec_drafted="vllm:spec_decode_num_draft_tokens_total")
+        spec_drafted="vllm:spec_decode_num_draft_tokens_total",
+        spec_drafts="vllm:spec_decode_num_drafts_total")
 
     def engine_memory(self, variant: VariantSpec, get: Callable[[str], str | None],
                       log: str | None) -> EngineMemory:
@@ -158,7 +161,14 @@ class VllmStack(HfGpuStack):
             return ["field speculative.draft_model: vllm method 'medusa' needs the Medusa heads"]
         return []
 
-    def _args(self, variant: VariantSpec, model: str, *, host: str, port: int) -> list[str]:
+    def local_files(self, variant: VariantSpec, settings: Settings) -> dict:
+        """A draft model that is a folder on this host, by its resolved path."""
+        spec = variant.speculative
+        draft = settings.resolve(spec.draft_model) if spec and spec.draft_model else None
+        return {"draft_model": str(draft)} if draft is not None and draft.is_dir() else {}
+
+    def _args(self, variant: VariantSpec, model: str, *, host: str, port: int,
+              draft_model: str | None = None) -> list[str]:
         args = [
             model,
             *listen_args(host, port, variant.model),
@@ -176,7 +186,7 @@ class VllmStack(HfGpuStack):
             args += ["--max-num-batched-tokens", str(variant.max_num_batched_tokens)]
         if variant.gpu_memory_utilization:
             args += ["--gpu-memory-utilization", str(variant.gpu_memory_utilization)]
-        spec = speculative_config(variant)
+        spec = speculative_config(variant, draft_model)
         if spec:
             args += ["--speculative-config", json.dumps(spec, sort_keys=True)]
         return [*args, *variant.extra_args]

@@ -222,3 +222,64 @@ def test_a_target_without_a_golden_set_is_not_judged():
     assert cols[("adder-llamacpp", "q8_0")]["gate_verdict"] == "inconclusive"
     assert cols[("adder-llamacpp", "q8_0")]["gate_reason"] == \
         "no golden-set results for the variant"
+
+
+def _spec_with_speculation(temperature=0.0):
+    import yaml
+    from servebench.config.sweep import parse_sweep
+
+    return parse_sweep(yaml.safe_load(f"""
+name: s
+price_per_hour: 1
+sampling: {{temperature: {temperature}}}
+workloads: [{{kind: fixed, name: w, input_tokens: 8, output_tokens: 4, num_requests: 2}}]
+load: {{concurrency: [1]}}
+golden_sets: [{{name: g, path: g.jsonl}}]
+targets:
+  - name: t
+    stack: llama_cpp
+    baseline: f16
+    golden_sets: [g]
+    variants:
+      - {{name: f16, model: a.gguf, quant: f16}}
+      - {{name: spec, model: a.gguf, quant: f16, speculative: {{method: ngram}}}}
+      - {{name: lone, model: b.gguf, quant: f16, speculative: {{method: ngram}}}}
+"""), "s.yaml")
+
+
+def _answers(variant, answers):
+    return [{"target": "t", "variant": variant, "golden_set": "g", "item_id": f"i{k}",
+             "answer": a, "correct": a == "ok", "error": None} for k, a in enumerate(answers)]
+
+
+def test_a_speculative_variant_with_its_twins_answers_says_so():
+    from servebench.evals.gate import gate_columns
+
+    evals = _answers("f16", ["ok", "ok", "no"]) + _answers("spec", ["ok", "ok", "no"])
+    col = gate_columns(_spec_with_speculation(), evals)[("t", "spec")]
+    assert col["gate_verdict"] == "pass"
+    assert col["gate_reason"].startswith("identical answers to f16 on all 3 items")
+
+
+def test_one_changed_greedy_answer_fails_a_speculative_variant_naming_it():
+    from servebench.evals.gate import gate_columns
+
+    # a wrong answer turned into another wrong one: accuracy holds, exactness does not
+    evals = _answers("f16", ["ok", "ok", "no"]) + _answers("spec", ["ok", "ok", "nope"])
+    col = gate_columns(_spec_with_speculation(), evals)[("t", "spec")]
+    assert col["gate_verdict"] == "fail"
+    assert col["gate_reason"].startswith("speculation changed 1 of 3 greedy answers against "
+                                         "f16: i2")
+
+
+def test_exactness_needs_a_twin_and_greedy_sampling():
+    from servebench.evals.gate import gate_columns
+
+    evals = _answers("f16", ["ok", "ok"]) + _answers("lone", ["ok", "ok"]) + \
+        _answers("spec", ["ok", "ok"])
+    col = gate_columns(_spec_with_speculation(), evals)[("t", "lone")]
+    assert col["gate_verdict"] == "inconclusive"
+    assert "no variant of the target serves its weights without speculation" in \
+        col["gate_reason"]
+    hot = gate_columns(_spec_with_speculation(0.7), evals)[("t", "spec")]
+    assert hot["gate_verdict"] == "pass" and "not greedy" in hot["gate_reason"]

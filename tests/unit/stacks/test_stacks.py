@@ -96,3 +96,67 @@ def test_transformers_rejects_gguf_quant(tmp_path):
     problems = get_stack("transformers").check(
         VariantSpec(name="q", model="ckpt", quant="q4_k_m"), settings)
     assert any("quant 'q4_k_m'" in p for p in problems)
+
+
+def test_llama_cpp_speculative_draft_renders_llama_servers_flags(tmp_path):
+    from servebench.config.variants import SpeculativeSpec
+
+    settings = Settings(project_root=tmp_path, llama_bin=tmp_path / "bin")
+    variant = VariantSpec(name="spec", model="m/adder-3m-f16.gguf", quant="f16", threads=1,
+                          speculative=SpeculativeSpec(method="draft", num_speculative_tokens=4,
+                                                      draft_model="m/adder-300k-f16.gguf"))
+    argv = get_stack("llama_cpp").local_launch(variant, host="127.0.0.1", port=8111,
+                                               settings=settings).argv
+    assert argv[argv.index("--spec-type") + 1] == "draft-simple"
+    assert argv[argv.index("--spec-draft-model") + 1] == str(tmp_path / "m/adder-300k-f16.gguf")
+    assert argv[argv.index("--spec-draft-threads") + 1] == "1"
+    assert argv[argv.index("--spec-draft-n-max") + 1] == "4"
+    # the draft is not on disk: named before anything launches
+    problems = get_stack("llama_cpp").local_problems(variant, settings)
+    assert any("speculative.draft_model" in p and "make models" in p for p in problems)
+
+
+def test_llama_cpp_speculative_ngram_and_what_it_refuses(tmp_path):
+    from servebench.config.variants import SpeculativeSpec
+
+    settings = Settings(project_root=tmp_path, llama_bin=tmp_path / "bin")
+    stack = get_stack("llama_cpp")
+    ngram = VariantSpec(name="ng", model="a.gguf", quant="f16",
+                        speculative=SpeculativeSpec(method="ngram", num_speculative_tokens=6,
+                                                    ngram_max=3))
+    argv = stack.local_launch(ngram, host="127.0.0.1", port=1, settings=settings).argv
+    assert argv[argv.index("--spec-type") + 1] == "ngram-simple"
+    assert argv[argv.index("--spec-ngram-simple-size-m") + 1] == "6"
+    assert argv[argv.index("--spec-ngram-simple-size-n") + 1] == "3"
+    assert "--spec-draft-model" not in argv and stack.check(ngram, settings) == []
+    medusa = VariantSpec(name="m", model="a.gguf", quant="f16",
+                         speculative=SpeculativeSpec(method="medusa", draft_model="heads"))
+    assert any("speculative.method 'medusa'" in p for p in stack.check(medusa, settings))
+    with_min = ngram.model_copy(update={"speculative": SpeculativeSpec(
+        method="ngram", ngram_min=2, ngram_max=3)})
+    assert any("ngram_min" in p for p in stack.check(with_min, settings))
+
+
+def test_llama_cpp_container_mounts_a_draft_kept_elsewhere(tmp_path):
+    from servebench.config.variants import SpeculativeSpec
+
+    settings = Settings(project_root=tmp_path, llama_bin=tmp_path / "bin")
+    variant = VariantSpec(name="spec", model="m/t.gguf", quant="f16", speculative=SpeculativeSpec(
+        method="draft", draft_model="drafts/d.gguf"))
+    launch = get_stack("llama_cpp").container_launch(variant, port=8000, settings=settings)
+    assert launch.volumes == {str(tmp_path / "m"): "/models", str(tmp_path / "drafts"): "/draft"}
+    cmd = launch.command
+    assert cmd[cmd.index("--spec-draft-model") + 1] == "/draft/d.gguf"
+    assert cmd[cmd.index("--spec-draft-ngl") + 1] == "999"
+
+
+def test_a_llama_cpp_spec_variant_is_read_from_a_sweep_file():
+    from pathlib import Path
+
+    from servebench.config import load_sweep
+
+    spec = load_sweep(Path(__file__).parents[3] / "include/sweeps/local.yaml")
+    llama = spec.target("adder-llamacpp")
+    draft = next(v for v in llama.variants if v.name == "f16-spec-draft")
+    assert draft.speculative.method == "draft"
+    assert draft.speculative.draft_model == "build/models/adder-300k-f16.gguf"
