@@ -12,6 +12,11 @@ Two counters, each labelled with what it counts:
   ``max_energy_range_uj``; AMD's RAPL is exposed there too), the whole sockets: the server,
   the load generator and whatever else the host runs, which is why its cells say so.
 
+A provisioned host's counter is read on the host itself: the EC2 launch script starts a
+sampler beside the container that reads NVML every ``SAMPLE_INTERVAL_S`` into a log, and the
+provisioner fetches the readings around each cell's window over SSM
+(``provision.ec2.script``; :class:`LoggedReadings`).
+
 Elsewhere a cell's energy is *not measured*, with why, never zero. A counter's value moves in
 steps (RAPL about every millisecond, NVML every few tens of ms); the sampler reads it every
 ``SAMPLE_INTERVAL_S`` and interpolates the two readings around each end of the window, so a
@@ -28,6 +33,7 @@ import math
 import time
 from abc import ABC, abstractmethod
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,11 +47,41 @@ POWERCAP = Path("/sys/class/powercap")
 ENERGY_COLUMNS = ("energy_j", "energy_j_per_output_token", "energy_j_per_request")
 
 
-class EnergyCounter(ABC):
-    """A host's cumulative energy counters, one value per domain (a GPU, a CPU package)."""
+class EnergyReadings(ABC):
+    """One cell's readings of a counter: entered around the cell, then asked for the joules
+    between two epoch times inside it."""
+
+    source: str  # what counted them, as a cell's ``energy_source`` says it
+
+    def __enter__(self) -> EnergyReadings:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    @abstractmethod
+    def joules(self, start: float, end: float) -> float | None:
+        """The energy counted between epoch times ``start`` and ``end`` (None: the readings
+        do not reach both)."""
+
+
+class EnergySource(ABC):
+    """What a provisioner hands a cell: a host's energy counter, wherever it is read."""
 
     # what the counter counts, as a cell's ``energy_source`` says it
     source: str
+
+    @abstractmethod
+    def readings(self) -> EnergyReadings:
+        """A cell's readings (fresh for each cell)."""
+
+
+class EnergyCounter(EnergySource):
+    """A cumulative energy counter this process reads, one value per domain (a GPU, a CPU
+    package); its readings are :class:`EnergySampler`'s."""
+
+    def readings(self) -> EnergyReadings:
+        return EnergySampler(self)
 
     @abstractmethod
     def read(self) -> tuple[float, ...]:
@@ -157,7 +193,30 @@ class EnergyWindow:
     source: str
 
 
-class EnergySampler(Periodic):
+def interpolated(times: list[float], totals: list[float], t: float) -> float | None:
+    """The cumulative total at epoch time ``t``, linear between the readings around it (None:
+    outside them); ``times`` ascending."""
+    i = bisect_left(times, t)
+    if i < len(times) and times[i] == t:
+        return totals[i]
+    if i == 0 or i == len(times):
+        return None  # outside what was read
+    t0, t1 = times[i - 1], times[i]
+    e0, e1 = totals[i - 1], totals[i]
+    return e0 + (e1 - e0) * (t - t0) / (t1 - t0)
+
+
+def window_joules(times: list[float], totals: list[float], start: float,
+                  end: float) -> float | None:
+    """The energy between ``start`` and ``end`` from cumulative readings (None: they do not
+    reach both, or nothing was measured)."""
+    if not (math.isfinite(start) and math.isfinite(end)):
+        return None
+    a, b = interpolated(times, totals, start), interpolated(times, totals, end)
+    return None if a is None or b is None else max(b - a, 0.0)
+
+
+class EnergySampler(Periodic, EnergyReadings):
     """Reads ``counter`` every ``interval_s`` on a thread between ``start`` and ``stop`` (a
     context manager), each domain unwrapped, keeping the total with the epoch time it was
     read, and once more as it stops; :meth:`joules` is the energy between two times inside
@@ -166,6 +225,7 @@ class EnergySampler(Periodic):
     def __init__(self, counter: EnergyCounter, *, interval_s: float = SAMPLE_INTERVAL_S):
         super().__init__(interval_s, "energy-sampler")
         self.counter = counter
+        self.source = counter.source
         self.times: list[float] = []
         self.totals: list[float] = []
         self.errors = 0
@@ -193,23 +253,51 @@ class EnergySampler(Periodic):
         self.times.append(at)
         self.totals.append(sum(values) + sum(self._offsets))
 
-    def _at(self, t: float) -> float | None:
-        i = bisect_left(self.times, t)
-        if i < len(self.times) and self.times[i] == t:
-            return self.totals[i]
-        if i == 0 or i == len(self.times):
-            return None  # outside what was read
-        t0, t1 = self.times[i - 1], self.times[i]
-        e0, e1 = self.totals[i - 1], self.totals[i]
-        return e0 + (e1 - e0) * (t - t0) / (t1 - t0)
+    def joules(self, start: float, end: float) -> float | None:
+        return window_joules(self.times, self.totals, start, end)
+
+
+FETCH_TRIES, FETCH_WAIT_S = 3, 0.5  # a log asked for its readings right after the window
+
+
+class LoggedReadings(EnergyReadings):
+    """A counter read on another host into a log of ``<epoch s> <cumulative J>`` lines:
+    ``fetch(start, end)`` returns the log's lines around both ends of a window (the EC2
+    provisioner's, over SSM), asked once the cell is done."""
+
+    def __init__(self, source: str, fetch: Callable[[float, float], str | None]):
+        self.source, self._fetch = source, fetch
 
     def joules(self, start: float, end: float) -> float | None:
-        """The energy counted between epoch times ``start`` and ``end`` (None: the readings
-        do not reach both)."""
         if not (math.isfinite(start) and math.isfinite(end)):
-            return None  # nothing was measured
-        a, b = self._at(start), self._at(end)
-        return None if a is None or b is None else max(b - a, 0.0)
+            return None
+        for attempt in range(FETCH_TRIES):
+            times, totals = parse_log(self._fetch(start, end) or "")
+            # asked the moment the cell ended, the log may not yet hold a reading after it
+            if (times and times[-1] >= end) or attempt == FETCH_TRIES - 1:
+                break
+            time.sleep(FETCH_WAIT_S)
+        joules = window_joules(times, totals, start, end)
+        if joules is None:
+            log.warning("energy: the readings fetched (%d, %s) do not span the window %.3f-%.3f",
+                        len(times), f"{times[0]:.3f}-{times[-1]:.3f}" if times else "none",
+                        start, end)
+        return joules
+
+
+def parse_log(text: str) -> tuple[list[float], list[float]]:
+    """(times, totals) of a readings log's ``<epoch s> <cumulative J>`` lines, in time
+    order; other lines (its header) are skipped."""
+    pairs = []
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) == 2:
+            try:
+                pairs.append((float(fields[0]), float(fields[1])))
+            except ValueError:
+                continue
+    pairs.sort()
+    return [t for t, _ in pairs], [e for _, e in pairs]
 
 
 def energy_columns(window: EnergyWindow | None, why: str, *, output_tokens: int,

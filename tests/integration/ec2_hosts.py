@@ -44,6 +44,29 @@ case "$1" in
 esac
 """
 
+# every stand-in instance's libnvidia-ml.so.1, as the launch script's energy sampler loads it
+# (ctypes): one NVIDIA L4 whose total energy counter advances with the machine's load -- 1 J
+# per busy jiffy (10 ms of a core at 100 W), from /proc/stat -- so a cell that works the
+# stand-in's server counts joules, and an idle one next to none
+FAKE_NVML_C = r"""
+#include <stdio.h>
+#include <string.h>
+int nvmlInit_v2(void) { return 0; }
+int nvmlDeviceGetCount_v2(unsigned int *n) { *n = 1; return 0; }
+int nvmlDeviceGetHandleByIndex_v2(unsigned int i, void **h) { *h = (void *)1; return i ? 2 : 0; }
+int nvmlDeviceGetName(void *h, char *name, unsigned int n) {
+  strncpy(name, "NVIDIA L4", n); return 0; }
+int nvmlDeviceGetTotalEnergyConsumption(void *h, unsigned long long *mj) {
+  unsigned long long user, nice, sys, idle, iowait, irq, softirq, steal;
+  FILE *f = fopen("/proc/stat", "r");
+  if (!f || fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &user, &nice, &sys,
+                   &idle, &iowait, &irq, &softirq, &steal) != 8) { if (f) fclose(f); return 999; }
+  fclose(f);
+  *mj = (user + nice + sys + irq + softirq + steal) * 1000ULL;
+  return 0;
+}
+"""
+
 
 # every stand-in instance's block devices and the commands that format and mount them: the
 # launch script runs as root on this machine, so no real lsblk, mkfs, mdadm, mount or
@@ -111,6 +134,7 @@ class StandInHosts:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._bin = workdir / "bin"
+        self._lib = workdir / "lib"  # the stand-in GPU's NVML
 
     # -- the network -------------------------------------------------------------------------
     def network(self) -> str:
@@ -126,6 +150,12 @@ class StandInHosts:
         smi = self._bin / "nvidia-smi"
         smi.write_text(NVIDIA_SMI)
         smi.chmod(0o755)
+        self._lib.mkdir(parents=True, exist_ok=True)
+        (self._lib / "fake_nvml.c").write_text(FAKE_NVML_C)
+        # g++ (the build needs it) compiling C: no C++ name mangling
+        subprocess.run(["g++", "-x", "c", "-shared", "-fPIC", "-o",
+                        str(self._lib / "libnvidia-ml.so.1"),
+                        str(self._lib / "fake_nvml.c")], check=True)
         for name, text in DISK_SHIMS.items():
             shim = self._bin / name
             shim.write_text(text)
@@ -245,6 +275,7 @@ class StandInHosts:
     def _agent(self, host: Host) -> None:
         """Runs the host's commands one at a time, as the SSM agent does."""
         env = {**os.environ, "PATH": f"{self._bin}:{os.environ['PATH']}",
+               "LD_LIBRARY_PATH": str(self._lib),
                "DOCKER_SHIM_STATE": str(host.state_dir),
                "DOCKER_SHIM_IMAGES": json.dumps(self.images)}
         while True:

@@ -250,6 +250,12 @@ def test_variants_relaunch_the_container_in_place_reached_over_the_instance_addr
     assert units["peak_rss_bytes"].between(5e6, 1e9).all(), units["peak_rss_bytes"]
     assert set(units["peak_device_memory_bytes"]) == {GPU_USED_MIB << 20}  # its nvidia-smi's
     assert units["kv_cache_source"].str.startswith("llama-server's log: n_slots").all()
+    # each cell's energy: the instance's GPU counter (the stand-in's NVML, advancing with the
+    # machine's load), logged on the instance and fetched around the cell's window over SSM
+    assert cells["energy_source"].str.startswith(
+        "GPUs (NVML total energy consumption, 1: NVIDIA L4), the instance's every GPU").all(), \
+        cells["energy_source"].tolist()
+    assert (cells["energy_j"] > 0).all() and (cells["energy_j_per_output_token"] > 0).all()
 
 
 # the CPU build serves W8A8 in float32 or bfloat16, but on a CPU with AMX its kernel takes

@@ -153,3 +153,50 @@ def test_the_digest_says_what_counted_or_why_nothing_did():
         "gpu/w4a16: 0.069 J per output token over 1 cell (GPUs (NVML))",
         "cpu, cpu2: energy not measured: no RAPL package domain under /sys/class/powercap",
     ]
+
+
+def test_readings_logged_on_another_host_are_taken_around_the_window():
+    from servebench.energy import LoggedReadings
+
+    asked = []
+
+    def fetch(start, end):
+        asked.append((start, end))
+        return "source: GPUs (...)\n10.0 100.0\n11.0 110.0\n20.0 300.0\n21.0 320.0\n"
+
+    readings = LoggedReadings("GPUs (...)", fetch)
+    with readings:
+        pass
+    assert readings.joules(10.5, 20.5) == pytest.approx(310.0 - 105.0)
+    assert asked == [(10.5, 20.5)]
+    assert readings.joules(5.0, 20.5) is None  # the log does not reach the window's start
+    assert readings.joules(float("nan"), 20.0) is None
+
+
+def test_the_instance_samplers_log_header_says_what_counts_or_why_nothing_does():
+    from servebench.provision.ec2.script import (ENERGY_SAMPLER, energy_header,
+                                                  energy_readings_command,
+                                                  energy_sampler_lines)
+
+    assert energy_header("source: GPUs (NVML total energy consumption, 1: NVIDIA L4), x\n1 2")[0] \
+        == "GPUs (NVML total energy consumption, 1: NVIDIA L4), x"
+    assert energy_header("none: NVML found no GPU") == (None, "NVML found no GPU")
+    source, why = energy_header("")
+    assert source is None and "kept no energy readings" in why
+    compile(ENERGY_SAMPLER, "sample.py", "exec")  # the instance's python3 runs it as written
+    lines = "\n".join(energy_sampler_lines())
+    assert "nvmlDeviceGetTotalEnergyConsumption" in lines and "no python3" in lines
+    # a second either side of each end, whatever the window's length
+    assert "($1 >= 99.000 && $1 <= 101.000) || ($1 >= 199.000 && $1 <= 201.000)" in \
+        energy_readings_command(100.0, 200.0)
+
+
+def test_a_log_asked_before_its_reading_after_the_window_is_asked_again(monkeypatch):
+    from servebench import energy as energy_module
+    from servebench.energy import LoggedReadings
+
+    monkeypatch.setattr(energy_module, "FETCH_WAIT_S", 0.0)
+    logs = iter(["source: x\n10.0 100.0\n11.0 110.0\n", "source: x\n10.0 100.0\n11.0 110.0\n"
+                 "12.0 130.0\n"])
+    assert LoggedReadings("x", lambda s, e: next(logs)).joules(10.0, 11.5) == \
+        pytest.approx(20.0)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from servebench.bench.rows import UnitRows, cell_id, length_control
 from servebench.config import LoadPoint, LoadPoints, Workload
 from servebench.endpoint import Endpoint
-from servebench.energy import EnergySampler, EnergyWindow, energy_columns
+from servebench.energy import EnergyWindow, energy_columns
 from servebench.loadgen.engine import LoadSpec
 from servebench.loadgen.modes import CLOSED, LOAD_MODES, MAX, SCHEDULE
 from servebench.loadgen.result import LoadResult
@@ -144,7 +144,7 @@ class CellMeasurer:
                                headers=endpoint.headers)
         # the host's energy counter, where its provisioner reads one (servebench.energy)
         counter, energy_why = self.rows.provisioner.energy_counter(endpoint)
-        energy = EnergySampler(counter) if counter is not None else None
+        energy = counter.readings() if counter is not None else None
         with sampler, energy or nullcontext():
             load = self._run_load(
                 endpoint.base_url, endpoint.chat_path, bodies(sent["items"]), load_spec,

@@ -51,7 +51,7 @@ from servebench.memory import MemorySample
 
 if TYPE_CHECKING:
     from servebench.config import TargetSpec, VariantSpec
-    from servebench.energy import EnergyCounter
+    from servebench.energy import EnergySource
     from servebench.settings import Settings
     from servebench.stacks.adapter import ContainerLaunch, StackAdapter
 
@@ -160,7 +160,7 @@ class Provisioner(ABC):
         cannot read it), for what the engine reports there of its memory."""
         return None
 
-    def energy_counter(self, endpoint: Endpoint) -> tuple[EnergyCounter | None, str]:
+    def energy_counter(self, endpoint: Endpoint) -> tuple[EnergySource | None, str]:
         """The energy counter of the machine ``endpoint``'s server runs on, read around each
         of its cells (``servebench.energy``), with what it counts; or None and why none is
         read (the cells' energy is then null, never zero)."""

@@ -26,10 +26,14 @@ from servebench.provision.ec2.reaping import (
     reap,
     terminate_run,
 )
+from servebench.energy import EnergySource, LoggedReadings
 from servebench.provision.ec2.script import (
     CONTAINER,
+    ENERGY_LOG,
     MEMORY_PEAK,
     Launched,
+    energy_header,
+    energy_readings_command,
     render_script,
     sampled_memory,
 )
@@ -223,6 +227,20 @@ class Ec2Provisioner(Provisioner):
         return MemorySample.unmeasured("SSM could not reach the instance") if text is None \
             else sampled_memory(text)
 
+    def energy_counter(self, endpoint: Endpoint) -> tuple[EnergySource | None, str]:
+        """The instance's GPUs' energy counter, read on the instance by the launch script's
+        sampler (``script.ENERGY_SAMPLER``) and fetched around each cell over SSM; None and
+        why where its log's header says nothing counts."""
+        header = self._ask(endpoint, f"head -n 1 {ENERGY_LOG} 2>/dev/null || true",
+                           "servebench energy")
+        if header is None:
+            return None, "SSM could not reach the instance"
+        source, why = energy_header(header)
+        if source is None:
+            return None, why
+        return InstanceEnergy(source, lambda start, end: self._ask(
+            endpoint, energy_readings_command(start, end), "servebench energy")), source
+
     def server_log(self, endpoint: Endpoint) -> str | None:
         """The container's log from its start, its first 20 kB (SSM returns at most 24,000
         characters): the engines report their weights and KV cache as they start."""
@@ -284,3 +302,14 @@ class Ec2Provisioner(Provisioner):
         except (ClientError, BotoCoreError) as exc:
             raise TeardownError(f"terminating run {self.run_id}'s instances failed: "
                                f"{exc}") from exc
+
+
+class InstanceEnergy(EnergySource):
+    """An instance's energy counter as its sampler logged it: each cell's readings fetched
+    around its window once it is done (``energy.LoggedReadings``)."""
+
+    def __init__(self, source: str, fetch):
+        self.source, self._fetch = source, fetch
+
+    def readings(self) -> LoggedReadings:
+        return LoggedReadings(self.source, self._fetch)

@@ -1,6 +1,7 @@
 """The shell script SSM runs on an instance for each variant: the instance store put to use
 (the first time), the previous variant's container and images removed, the image pulled, the
-container started, its memory sampled until it ends; and the marks it prints for the launch
+container started, its memory sampled until it ends, the instance's GPU energy counter read
+into a log; and the marks it prints for the launch
 to read (the image's digest, the instance's GPUs and CUDA version, the instance store's
 device)."""
 
@@ -63,6 +64,94 @@ while [ -d "/proc/$root" ]; do
   echo "$rss $gpu $n" > {MEMORY_PEAK}.tmp && mv {MEMORY_PEAK}.tmp {MEMORY_PEAK}
   sleep {MEMORY_INTERVAL_S}
 done"""
+
+
+ENERGY_DIR = "/opt/servebench/energy"
+ENERGY_LOG = f"{ENERGY_DIR}/readings"
+ENERGY_INTERVAL_S = 0.1
+ENERGY_LIFETIME_S = 12 * 3600  # a sampler outlived by its instance stops by itself
+# the instance's GPUs' cumulative energy (NVML's nvmlDeviceGetTotalEnergyConsumption, mJ,
+# Volta and later; nvidia-smi has no query field for it), summed, every ENERGY_INTERVAL_S into
+# ENERGY_LOG as "<epoch s> <J>", after one header line: "source: <what counts>" or "none:
+# <why>". Standard library only (ctypes on the driver's own libnvidia-ml.so.1): the GPU AMIs
+# have python3 and the driver, and nothing is installed on the instance for it.
+ENERGY_SAMPLER = f"""import ctypes, sys, time
+out = open({ENERGY_LOG!r}, "a", buffering=1)
+def stop(why):
+    out.write("none: " + why + "\\n")
+    sys.exit(0)
+try:
+    nvml = ctypes.CDLL("libnvidia-ml.so.1")
+except OSError as exc:
+    stop("no NVML on the instance (" + str(exc) + ")")
+if nvml.nvmlInit_v2() != 0:
+    stop("NVML did not initialise (no NVIDIA driver loaded)")
+count = ctypes.c_uint(0)
+nvml.nvmlDeviceGetCount_v2(ctypes.byref(count))
+handles, names = [], []
+for i in range(count.value):
+    handle, name = ctypes.c_void_p(), ctypes.create_string_buffer(96)
+    nvml.nvmlDeviceGetHandleByIndex_v2(i, ctypes.byref(handle))
+    nvml.nvmlDeviceGetName(handle, name, 96)
+    handles.append(handle)
+    names.append(name.value.decode(errors="replace"))
+if not handles:
+    stop("NVML found no GPU")
+def total():
+    mj = 0
+    for handle in handles:
+        value = ctypes.c_ulonglong(0)
+        rc = nvml.nvmlDeviceGetTotalEnergyConsumption(handle, ctypes.byref(value))
+        if rc != 0:
+            stop("NVML has no total energy counter on this GPU (error " + str(rc) + ", "
+                 "before Volta)")
+        mj += value.value
+    return mj / 1000
+total()
+shown = ", ".join(n + " x" + str(names.count(n)) if names.count(n) > 1 else n
+                  for n in dict.fromkeys(names))
+out.write("source: GPUs (NVML total energy consumption, " + str(len(handles)) + ": " + shown
+          + "), the instance's every GPU, read on the instance\\n")
+until = time.time() + {ENERGY_LIFETIME_S}
+while time.time() < until:
+    out.write("%.3f %.3f\\n" % (time.time(), total()))
+    time.sleep({ENERGY_INTERVAL_S})
+"""
+
+
+def energy_sampler_lines(sampler: str = ENERGY_SAMPLER) -> list[str]:
+    """Shell lines that restart ``sampler`` (ENERGY_SAMPLER) in the background, detached from
+    the SSM command, on a fresh log; without python3 the log says so."""
+    pid = f"{ENERGY_DIR}/pid"
+    return [f"mkdir -p {ENERGY_DIR}",
+            f'[ -s {pid} ] && kill "$(cat {pid})" 2>/dev/null || true',
+            f"rm -f {ENERGY_LOG} {pid}",
+            f"cat > {ENERGY_DIR}/sample.py <<'SERVEBENCH_EOF'", sampler, "SERVEBENCH_EOF",
+            "if command -v python3 >/dev/null 2>&1; then",
+            f"  nohup setsid python3 {ENERGY_DIR}/sample.py </dev/null >/dev/null 2>&1 &",
+            f"  echo $! > {pid}",
+            f"else echo 'none: no python3 on the instance to read NVML' > {ENERGY_LOG}; fi"]
+
+
+def energy_readings_command(start: float, end: float, margin_s: float = 1.0) -> str:
+    """The shell line that prints the readings log's header and its lines within
+    ``margin_s`` of either end of a window (a few dozen lines, whatever the cell's length:
+    SSM returns at most 24,000 characters)."""
+    a0, a1, b0, b1 = start - margin_s, start + margin_s, end - margin_s, end + margin_s
+    return (f"awk 'NR == 1 || ($1 >= {a0:.3f} && $1 <= {a1:.3f}) || "
+            f"($1 >= {b0:.3f} && $1 <= {b1:.3f})' {ENERGY_LOG} 2>/dev/null || true")
+
+
+def energy_header(text: str | None) -> tuple[str | None, str]:
+    """(source, why): what the log's header says counts the instance's energy, or why
+    nothing does (source None)."""
+    first = (text or "").splitlines()[:1]
+    line = first[0].strip() if first else ""
+    if line.startswith("source: "):
+        return line.removeprefix("source: "), ""
+    if line.startswith("none: "):
+        return None, line.removeprefix("none: ")
+    return None, f"the instance kept no energy readings ({ENERGY_LOG}: {line[:200] or 'empty'})"
 
 
 def instance_store_lines(model_cache: str) -> list[str]:
@@ -150,7 +239,7 @@ def render_script(launch: ContainerLaunch, spec: Ec2Provision, *, hub_cache: str
     lines += [f"docker pull {q(launch.image)}", f'echo {DIGEST_MARK} "$({digest})"',
               # the instance's own GPUs, for the cells' provenance (not the worker's)
               f'echo {GPU_MARK} "$({gpus})"', f'echo {CUDA_MARK} "$({cuda})"',
-              *memory_sampler_lines(), shlex.join(args)]
+              *energy_sampler_lines(), *memory_sampler_lines(), shlex.join(args)]
     return lines
 
 
