@@ -112,7 +112,8 @@ def local_sweep():
                               "output_tokens": output_tokens, "num_requests": num_requests}]
         data["load"]["concurrency"] = [concurrency]
         data["cross_stack"] = []
-        data["targets"] = targets
+        # every target runs the one workload (a local.yaml target's own list names others)
+        data["targets"] = [{k: v for k, v in t.items() if k != "workloads"} for t in targets]
         return data
     return build
 

@@ -172,7 +172,8 @@ def _trace_and_search(targets: list[dict], *, ttft_ms: float, time_scale: float,
                     "output_tokens": output_tokens, "num_requests": 8}],
         load={"slo_search": {"over": "concurrency", "low": 1, "high": 4, "max_probes": 3},
               "warmup_requests": 1, "request_timeout_s": timeout_s},
-        targets=targets)
+        # both workloads for every target (a local.yaml target's own list names others)
+        targets=[{k: v for k, v in t.items() if k != "workloads"} for t in targets])
     return data
 
 
