@@ -91,8 +91,12 @@ def test_one_launchs_excursion_is_dismissed_not_posted(nights):
     # the hog's night: the victim's typical request worse beyond its noise
     assert "ttft_ms_p50" in set(found["metric"]), found[["series_id", "words"]]
     assert (found["reference"] == "steady").all() and (found["pairs"] == 3).all()
-    assert (found["verdict"] == "dismissed").all(), found["words"].tolist()
-    assert found["words"].str.contains("one launch's excursion").all()
+    # the typical request's suspect is dismissed; none is confirmed (on a busy host a
+    # metric whose relaunches scatter widely may stay inconclusive, never posted either)
+    ttft = found[found["metric"] == "ttft_ms_p50"]
+    assert (ttft["verdict"] == "dismissed").all(), found["words"].tolist()
+    assert ttft["words"].str.contains("one launch's excursion").all()
+    assert (found["verdict"] != "confirmed").all(), found["words"].tolist()
     changes = store.read_table("changes", run_ids=[excursion]).to_pandas()
     assert changes[changes["kind"] == "regression"].empty, changes[["series_id", "kind"]]
 
