@@ -116,7 +116,8 @@ class Plan(BaseModel):
     def expected_cells(self) -> list[tuple[str, str, str, str]]:
         """(target, variant, workload, load point) of every cell the run must publish."""
         return [(u.target, u.variant, w.name, p.label) for u in self.units
-                for w in self.spec.workloads_for(u.target) for p in self.spec.load.points_for(w)]
+                for w in self.spec.workloads_for(u.target)
+                for p in self.spec.load.points_for(w)]
 
 
 def make_plan(sweep: str | None = None, run_date: dt.date | None = None,
@@ -142,7 +143,8 @@ def plan_spec(spec: SweepSpec, path: str, *, run_date: dt.date | None = None,
                   quantized=checkpoint_for(spec, v, settings) if v.recipe else None,
                   refused=refused.get((t.name, v.name)))
              for t in spec.targets for v in t.variants]
-    n_cells = sum(len(spec.load.points_for(w)) for u in units for w in spec.workloads_for(u.target))
+    n_cells = sum(len(spec.load.points_for(w))
+                  for u in units for w in spec.workloads_for(u.target))
     log.info("plan: %d units on %d hosts, %d cells from %s", len(units),
              len({u.host for u in units}), n_cells, path)
     for warning in warnings:
@@ -211,7 +213,8 @@ def _problems(spec: SweepSpec, path: str, settings: Settings
                     except ValueError as exc:
                         problems.append(f"{at}.max_model_len: {exc}")
             for name, tokens in longest.items():
-                if name in runs and tokens is not None and tokens + TEMPLATE_OVERHEAD_MAX > variant.max_model_len:
+                if name in runs and tokens is not None \
+                        and tokens + TEMPLATE_OVERHEAD_MAX > variant.max_model_len:
                     problems.append(
                         f"{at}.max_model_len: {variant.max_model_len} is too short for workload "
                         f"{name!r} ({tokens} tokens plus the chat template)")

@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from servebench.levers import LEVERS, REQUESTS_ONLY, lever_rows
-from servebench.notify.digest import lever_caption, lever_table, render_digest
+from servebench.notify.digest import render_digest
+from servebench.notify.lever_table import lever_caption, lever_table
 from servebench.trends.series import series_id
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))

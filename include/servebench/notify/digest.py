@@ -8,9 +8,8 @@ text (Slack shows them in a code block, see notify.slack).
 from __future__ import annotations
 
 import json
-import math
 from html import escape
-from typing import Any, Callable, Sequence
+from typing import Any
 from urllib.parse import quote
 
 import pandas as pd
@@ -19,88 +18,26 @@ from servebench.defaults import BOARD_PATH
 from servebench.loadgen.modes import SEARCHED_MODES, is_searched
 from servebench.metric_catalogue import BY_COLUMN, metric_label, shown_in
 from servebench.notify.energy import energy_lines
+from servebench.notify.formatting import (  # noqa: F401 -- the digest's, re-exported
+    MISSING,
+    Column,
+    _col,
+    fmt_bytes,
+    fmt_errors,
+    fmt_int,
+    fmt_more_less,
+    fmt_num,
+    fmt_pct,
+    fmt_status,
+    fmt_text,
+    fmt_verdict,
+    is_missing,
+    render_table,
+)
+from servebench.notify.lever_table import lever_caption, lever_table
 from servebench.notify.speculation import speculation_lines
 
-MISSING = "-"
 SORT_KEYS = ["target", "variant", "workload", "load_mode", "concurrency", "request_rate"]
-
-
-def is_missing(v: Any) -> bool:
-    if v is None or v is pd.NA or v is pd.NaT:
-        return True
-    try:
-        return math.isnan(v)
-    except TypeError:
-        return False
-
-
-def fmt_num(v: Any) -> str:
-    """Latency/throughput: 3 significant-ish digits, no noise ("1234", "56.7", "8.91")."""
-    if is_missing(v):
-        return MISSING
-    v = float(v)
-    if abs(v) >= 100:
-        return f"{v:,.0f}"
-    if abs(v) >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
-
-
-def fmt_pct(v: Any) -> str:
-    return MISSING if is_missing(v) else f"{100 * float(v):.1f}%"
-
-
-def fmt_int(v: Any) -> str:
-    return MISSING if is_missing(v) else str(int(v))
-
-
-def fmt_text(v: Any) -> str:
-    return MISSING if is_missing(v) or v == "" else str(v)
-
-
-def fmt_bytes(v: Any) -> str:
-    """``14.5 MB``, ``2.09 GB`` (decimal units, 3 significant digits)."""
-    if is_missing(v):
-        return MISSING
-    v = float(v)
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(v) >= size:
-            return f"{fmt_num(v / size)} {unit}"
-    return f"{v:.0f} B"
-
-
-def fmt_more_less(pct: Any, what: str) -> str:
-    """``38% less memory``, ``100% more KV capacity``, ``the same KV capacity``."""
-    if is_missing(pct):
-        return f"{what} {MISSING}"
-    if round(float(pct)) == 0:
-        return f"the same {what}"
-    return f"{abs(float(pct)):.0f}% {'more' if pct > 0 else 'less'} {what}"
-
-
-def fmt_errors(row: dict) -> str:
-    n_err, n_req = row.get("n_errors"), row.get("n_requests")
-    if is_missing(n_err):
-        return MISSING
-    return f"{int(n_err)}/{int(n_req)}" if not is_missing(n_req) else str(int(n_err))
-
-
-def fmt_verdict(v: Any) -> str:
-    """A gate verdict as words: ``not_judged`` reads "not judged"."""
-    return fmt_text(v).replace("_", " ")
-
-
-def fmt_status(v: Any) -> str:
-    s = fmt_text(v)
-    return s if s in ("ok", MISSING) else s.upper()
-
-
-# (header, formatter over the row dict, right-aligned?)
-Column = tuple[str, Callable[[dict], str], bool]
-
-
-def _col(header: str, key: str, fmt: Callable[[Any], str], right: bool = True) -> Column:
-    return (header, lambda r: fmt(r.get(key)), right)
 
 
 def _metric_col(column: str) -> Column:
@@ -154,30 +91,11 @@ def cell_records(cells: pd.DataFrame) -> list[dict]:
     return cells.to_dict("records")
 
 
-def _render(columns: Sequence[Column], rows: list[dict], markdown: bool) -> str:
-    headers = [c[0] for c in columns]
-    body = [[c[1](r) for c in columns] for r in rows]
-    if markdown:
-        body = [[v.replace("|", "\\|") for v in line] for line in body]
-    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(headers)]
-
-    def line(values: Sequence[str]) -> str:
-        parts = [v.rjust(w) if c[2] else v.ljust(w) for v, w, c in zip(values, widths, columns)]
-        return f"| {' | '.join(parts)} |" if markdown else "  ".join(parts).rstrip()
-
-    if markdown:
-        rule = "|" + "|".join(("-" * (w + 1) + ":") if c[2] else ("-" * (w + 2))
-                              for w, c in zip(widths, columns)) + "|"
-    else:
-        rule = "  ".join("-" * w for w in widths)
-    return "\n".join([line(headers), rule, *(line(v) for v in body)])
-
-
 def summary_table(cells: pd.DataFrame) -> str:
     """Compact fixed-width table for a terminal, one line per cell."""
     if cells.empty:
         return "(no cells)"
-    return _render(SUMMARY_COLUMNS, cell_records(cells), markdown=False)
+    return render_table(SUMMARY_COLUMNS, cell_records(cells), markdown=False)
 
 
 def gate_lines(cells: pd.DataFrame, max_ids: int = 10) -> list[str]:
@@ -477,90 +395,6 @@ def confirmation_lines(confirmations: pd.DataFrame | None) -> list[str]:
             *(f"- `{where}` {what}" for where, what in lines)]
 
 
-REQUESTS_ONLY_MARK = "\u2020"  # an interval over one night's requests only (levers.REQUESTS_ONLY)
-
-
-def fmt_change(row: dict, key: str) -> str:
-    """``+12.3% [+8.1, +16.0]``: a lever's % change with its 95% interval, marked
-    ``REQUESTS_ONLY_MARK`` where it holds one night's requests and not the launch noise."""
-    pct, lo, hi = (row.get(f"{key}_{s}") for s in ("pct", "lo", "hi"))
-    if is_missing(pct):
-        return MISSING
-    if is_missing(lo) or is_missing(hi):
-        return f"{pct:+.1f}%"
-    mark = REQUESTS_ONLY_MARK if is_missing(row.get(f"{key}_launch")) else ""
-    return f"{pct:+.1f}% [{lo:+.1f}, {hi:+.1f}]{mark}"
-
-
-def lever_table(rows: list[dict], markdown: bool = True) -> str:
-    """Each variant against its baseline, cell by cell (servebench.levers rows)."""
-    return _render(lever_columns(rows), rows, markdown=markdown)
-
-
-def lever_caption(rows: list[dict]) -> str:
-    """What the lever table's intervals cover (servebench.levers), and what its mark means
-    where some interval holds one night's requests only."""
-    from servebench.levers import LEVERS, REQUESTS_ONLY
-
-    text = ("% change with a 95% interval over both cells' requests and how far each cell "
-            "moves from one server launch to the next (from its series' nights)")
-    if any(not is_missing(r.get(f"{k}_lo")) and is_missing(r.get(f"{k}_launch"))
-           for r in rows for k, _ in LEVERS):
-        text += (f"; {REQUESTS_ONLY_MARK}: {REQUESTS_ONLY} -- its series has too few nights "
-                 "since its start or last change to know its launch noise, so the interval "
-                 "is too narrow")
-    return text + "; lower is better for TTFT, TPOT and cost."
-
-
-# what a variant holds against its baseline (levers.memory_change): one measurement a unit
-MEMORY_LEVER_COLUMNS: list[Column] = [
-    ("peak memory", lambda r: MISSING if is_missing(r.get("memory_pct")) else
-     f"{r['memory_pct']:+.1f}% {fmt_text(r.get('memory_basis')).upper()}", True),
-    (metric_label("kv_cache_tokens"), lambda r: MISSING if is_missing(r.get("kv_cache_pct")) else
-     f"{r['kv_cache_pct']:+.1f}%", True),
-]
-
-
-# joules per output token against the baseline's (levers.energy_change), where counted
-ENERGY_LEVER_COLUMN: Column = (
-    metric_label("energy_j_per_output_token"),
-    lambda r: MISSING if is_missing(r.get("energy_pct")) else f"{r['energy_pct']:+.1f}%", True)
-
-
-# a speculative variant's own acceptance (telemetry.speculation), beside its TPOT change
-SPEC_LEVER_COLUMN: Column = (
-    metric_label("spec_acceptance_rate"),
-    lambda r: MISSING if is_missing(r.get("spec_acceptance_rate")) else
-    f"{r['spec_acceptance_rate']:.0%}" + (
-        "" if is_missing(r.get("spec_acceptance_length"))
-        else f" ({r['spec_acceptance_length']:.2f} tok/step)"), True)
-
-
-def lever_columns(rows: list[dict]) -> list[Column]:
-    """The lever table's columns (an engine column where some variant's engine differs)."""
-    from servebench.levers import LEVERS
-
-    columns: list[Column] = [
-        ("variant vs baseline", lambda r: f"{r['variant']} vs {r['baseline']}", False),
-        ("workload", lambda r: fmt_text(r.get("workload")), False),
-        ("load", lambda r: fmt_text(r.get("load_point")), False),
-        *[(label, lambda r, k=key: fmt_change(r, k), True) for key, label in LEVERS],
-        *(MEMORY_LEVER_COLUMNS if any(not is_missing(r.get("memory_pct"))
-                                      or not is_missing(r.get("kv_cache_pct"))
-                                      for r in rows) else []),
-        *([ENERGY_LEVER_COLUMN] if any(not is_missing(r.get("energy_pct")) for r in rows)
-          else []),
-        *([SPEC_LEVER_COLUMN] if any(not is_missing(r.get("spec_acceptance_rate"))
-                                     for r in rows) else []),
-        (metric_label("accuracy"), lambda r: MISSING if is_missing(r.get("accuracy_delta_points"))
-         else f"{r['accuracy_delta_points']:+.1f} pts", True),
-        ("gate", lambda r: fmt_verdict(r.get("gate_verdict")), False),
-    ]
-    if any(not is_missing(r.get("engine_note")) for r in rows):
-        columns.append(("engine vs baseline", lambda r: fmt_text(r.get("engine_note")), False))
-    return columns
-
-
 MISSING_SHOWN = 14  # missing nights named in the digest; past that, a count
 
 
@@ -608,7 +442,7 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
             if not is_missing(first.get(k))
         )
         out += ["", f"## {target}" + (f" ({about})" if about else ""), "",
-                _render(DIGEST_COLUMNS, rows, markdown=True)]
+                render_table(DIGEST_COLUMNS, rows, markdown=True)]
         notes = dict.fromkeys(fmt_text(r.get("engine_notes")) for r in rows
                               if not is_missing(r.get("engine_notes")))
         if notes:  # what the numbers cannot show: the engine's limits, an unchecked release

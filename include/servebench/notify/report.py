@@ -26,12 +26,11 @@ from servebench.notify.digest import (
     fmt_text,
     gate_lines,
     is_missing,
-    lever_caption,
-    lever_columns,
     memory_lines,
     slo_lines,
 )
 from servebench.notify.energy import energy_lines
+from servebench.notify.lever_table import lever_caption, lever_columns
 from servebench.notify.speculation import speculation_lines
 
 STYLE = """
