@@ -10,6 +10,7 @@ there, named, instead of every cell failing at run time.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,15 @@ from typing import Protocol
 import httpx
 
 from servebench.hub import hub_cache_dir
+
+log = logging.getLogger(__name__)
+
+# Servers close a kept-alive connection after about 5 s idle (uvicorn's default, which vLLM and
+# SGLang keep; cpp-httplib's, under llama-server), the same as httpx's own expiry, so a request
+# sent on a connection as the server closes it meets "Server disconnected without sending a
+# response". Idle connections are dropped sooner here, and a request that still meets a close
+# is sent once more: tokenize and detokenize change nothing on the server.
+KEEPALIVE_EXPIRY_S = 2.0
 
 
 class Tokenizer(Protocol):
@@ -73,20 +83,27 @@ class ServerTokenizer:
 
     def __init__(self, base_url: str, api: TokenizeApi = LLAMA_CPP_TOKENIZE, *,
                  model: str | None = None, headers: dict | None = None, timeout_s: float = 30.0):
-        self._client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s)
+        self._client = httpx.Client(base_url=base_url, headers=headers, timeout=timeout_s,
+                                    limits=httpx.Limits(keepalive_expiry=KEEPALIVE_EXPIRY_S))
         self._api = api
         self._model = {"model": model} if api.send_model and model else {}
 
     def encode(self, text: str) -> list[int]:
-        resp = self._client.post(self._api.tokenize_path, json={
-            **self._model, self._api.text_field: text, self._api.special_field: False})
-        resp.raise_for_status()
-        return resp.json()["tokens"]
+        return self._post(self._api.tokenize_path, {
+            **self._model, self._api.text_field: text, self._api.special_field: False})["tokens"]
 
     def decode(self, ids: list[int]) -> str:
-        resp = self._client.post(self._api.detokenize_path, json={**self._model, "tokens": ids})
+        answer = self._post(self._api.detokenize_path, {**self._model, "tokens": ids})
+        return answer[self._api.detokenized_field]
+
+    def _post(self, path: str, body: dict) -> dict:
+        try:
+            resp = self._client.post(path, json=body)
+        except httpx.RemoteProtocolError as exc:  # closed as it was sent: once more, anew
+            log.info("%s: %s; sending it once more", path, exc)
+            resp = self._client.post(path, json=body)
         resp.raise_for_status()
-        return resp.json()[self._api.detokenized_field]
+        return resp.json()
 
     def close(self) -> None:
         self._client.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
@@ -140,3 +141,45 @@ def test_another_engines_dialect_does_not_pass_for_sglangs(sglang):
             tokenizer.decode(ids)
     finally:
         tokenizer.close()
+
+
+class _ClosesOnce(BaseHTTPRequestHandler):
+    """llama.cpp's tokenize route, except that the server's first request is met as a server
+    closing an idle kept-alive connection meets it: the socket closes, no answer sent."""
+
+    protocol_version = "HTTP/1.1"
+    tok = HFTokenizer.from_file(str(CHECKPOINT / "tokenizer.json"))
+    seen: list[str] = []
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append(body["content"])
+        if len(self.seen) == 1:
+            self.close_connection = True
+            return
+        data = json.dumps({"tokens": self.tok.encode(body["content"],
+                                                     add_special_tokens=False).ids}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_request_met_by_a_closing_connection_is_sent_once_more():
+    """A server closing a kept-alive connection as a tokenize request goes out is not a failed
+    workload: the request (which changes nothing) goes once more, on a new connection."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _ClosesOnce)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    tokenizer = ServerTokenizer(f"http://127.0.0.1:{httpd.server_port}")
+    try:
+        ids = tokenizer.encode("12+34=46")
+    finally:
+        tokenizer.close()
+        httpd.shutdown()
+        httpd.server_close()
+    assert ids == FileTokenizer(CHECKPOINT).encode("12+34=46")
+    assert _ClosesOnce.seen == ["12+34=46", "12+34=46"]
