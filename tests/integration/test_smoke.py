@@ -30,12 +30,16 @@ def test_every_local_variant_serves(tmp_path):
     results = smoke_sweep(spec, Settings(), tmp_path)
     expected = {(t.name, v.name) for t in spec.targets for v in t.variants}
     assert {(r.target, r.variant) for r in results} == expected
-    # vLLM's CPU build runs 4-bit weights on AVX-512F CPUs only, and with AMX its W8A8 in
-    # bfloat16 or half only (this kind of worker's CPUs vary): those are refused, saying so
-    why = {**({} if "avx512f" in cpu_flags() else
+    # vLLM's CPU build runs 4-bit weights on AVX-512F CPUs only, an fp8 KV cache with AVX-512F
+    # or AMX, and with AMX its W8A8 in bfloat16 or half only (this kind of worker's CPUs
+    # vary): those are refused, saying so
+    flags = cpu_flags()
+    why = {**({} if "avx512f" in flags else
               dict.fromkeys(["w4a16-gptq", "w4a16-awq"], "built only for CPUs with avx512f")),
+           **({} if {"avx512f", "amx_tile"} & flags else
+              {"bf16-kv-fp8": "keeps an fp8 KV cache only on CPUs with avx512f or amx_tile"}),
            **({"w8a8-int8": "computes in bfloat16 or float16"}
-              if "amx_tile" in cpu_flags() else {})}
+              if "amx_tile" in flags else {})}
     refused = set(why)
     assert all(why[r.variant] in r.line() for r in results
                if r.variant in refused and not r.ok)
@@ -91,6 +95,53 @@ def test_a_server_killed_by_a_signal_fails_loudly(tmp_path, monkeypatch, capsys)
     err = capsys.readouterr().err
     assert "SIGSEGV" in err and str(model) in err and "1 of 1 variants do not serve" in err
     assert not list((tmp_path / "state").glob("*.server.json"))
+
+
+# a stand-in llama-server that closes its first chat request's connection without a byte of
+# answer -- what llama-server 0.3.36 does now and then to one of a batch of concurrent
+# requests -- and answers every other with a finished stream
+DROPS_ONE_SERVER = textwrap.dedent("""\
+    #!{python}
+    import http.server, sys, threading
+    port = int(sys.argv[sys.argv.index("--port") + 1])
+    lock, posts = threading.Lock(), []
+    class H(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        def do_GET(self):
+            self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+            self.wfile.write(b"{{}}")
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            with lock:
+                posts.append(1); first = len(posts) == 1
+            if first:
+                self.close_connection = True
+                return
+            body = b'data: {{"choices":[{{"finish_reason":"length"}}]}}\\n\\ndata: [DONE]\\n\\n'
+            self.send_response(200); self.send_header("Content-Length", str(len(body)))
+            self.end_headers(); self.wfile.write(body)
+        def log_message(self, *a):
+            pass
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+    """)
+
+
+def test_a_request_closed_unanswered_is_sent_again_and_said(tmp_path, monkeypatch, capsys):
+    """A server that drops one request of the batch unanswered and answers it when sent again
+    serves; the smoke's line says so."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    server = bin_dir / "llama-server"
+    server.write_text(DROPS_ONE_SERVER.format(python=sys.executable))
+    server.chmod(server.stat().st_mode | stat.S_IXUSR)
+    model = tmp_path / "adder.gguf"
+    model.write_bytes(b"GGUF")
+    monkeypatch.setenv("SERVEBENCH_LLAMA_BIN", str(bin_dir))
+    spec = parse_sweep(_one_variant_sweep(str(model)), "test")
+    [result] = smoke_sweep(spec, Settings(), tmp_path / "state")
+    assert result.ok, result.line()
+    assert result.resent == 1
+    assert "1 request(s) closed without an answer, answered when sent again" in result.line()
 
 
 def test_a_gguf_the_server_cannot_load_fails_loudly(tmp_path):
