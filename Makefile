@@ -54,7 +54,7 @@ run: system
 # minutes its simulated nights, seconds apart, fail it more often than not (docs/trends.md)
 test: system-test
 	@$(STEPS) $(SETUP_STEPS) airflow-db:venv
-	$(BIN)/python -m pytest -m "not multinight"
+	$(BIN)/python -m pytest -m "not multinight" --durations=25
 
 # the twenty-night local proof of the trends (docs/trends.md gives its record)
 PROOF = $(BIN)/python -m pytest -m multinight tests/integration/test_multinight.py
