@@ -73,17 +73,22 @@ CRASHING_SERVER = textwrap.dedent("""\
     """)
 
 
-def test_a_server_killed_by_a_signal_fails_loudly(tmp_path, monkeypatch, capsys):
+def _stand_in_sweep(tmp_path, monkeypatch, script: str, model_name: str):
+    """A one-variant sweep whose llama-server is ``script`` (a stand-in, in a bin folder the
+    settings name) serving a placeholder GGUF ``model_name``; the sweep and the model."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     server = bin_dir / "llama-server"
-    server.write_text(CRASHING_SERVER.format(python=sys.executable))
+    server.write_text(script.format(python=sys.executable))
     server.chmod(server.stat().st_mode | stat.S_IXUSR)
-    model = tmp_path / "adder-crash.gguf"
+    model = tmp_path / model_name
     model.write_bytes(b"GGUF")
     monkeypatch.setenv("SERVEBENCH_LLAMA_BIN", str(bin_dir))
+    return parse_sweep(_one_variant_sweep(str(model)), "test"), model
 
-    spec = parse_sweep(_one_variant_sweep(str(model)), "test")
+
+def test_a_server_killed_by_a_signal_fails_loudly(tmp_path, monkeypatch, capsys):
+    spec, model = _stand_in_sweep(tmp_path, monkeypatch, CRASHING_SERVER, "adder-crash.gguf")
     [result] = smoke_sweep(spec, Settings(), tmp_path / "state")
     assert not result.ok
     assert "killed by SIGSEGV (-11)" in result.problem
@@ -126,18 +131,10 @@ DROPS_ONE_SERVER = textwrap.dedent("""\
     """)
 
 
-def test_a_request_closed_unanswered_is_sent_again_and_said(tmp_path, monkeypatch, capsys):
+def test_a_request_closed_unanswered_is_sent_again_and_said(tmp_path, monkeypatch):
     """A server that drops one request of the batch unanswered and answers it when sent again
     serves; the smoke's line says so."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    server = bin_dir / "llama-server"
-    server.write_text(DROPS_ONE_SERVER.format(python=sys.executable))
-    server.chmod(server.stat().st_mode | stat.S_IXUSR)
-    model = tmp_path / "adder.gguf"
-    model.write_bytes(b"GGUF")
-    monkeypatch.setenv("SERVEBENCH_LLAMA_BIN", str(bin_dir))
-    spec = parse_sweep(_one_variant_sweep(str(model)), "test")
+    spec, _ = _stand_in_sweep(tmp_path, monkeypatch, DROPS_ONE_SERVER, "adder.gguf")
     [result] = smoke_sweep(spec, Settings(), tmp_path / "state")
     assert result.ok, result.line()
     assert result.resent == 1
