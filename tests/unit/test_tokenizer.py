@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import ClassVar
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -148,8 +149,8 @@ class _ClosesOnce(BaseHTTPRequestHandler):
     closing an idle kept-alive connection meets it: the socket closes, no answer sent."""
 
     protocol_version = "HTTP/1.1"
-    tok = HFTokenizer.from_file(str(CHECKPOINT / "tokenizer.json"))
-    seen: list[str] = []
+    tok: ClassVar = HFTokenizer.from_file(str(CHECKPOINT / "tokenizer.json"))
+    seen: ClassVar[list[str]] = []
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
