@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
-from typing import ClassVar
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
