@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from servebench.canary import canary_lines
 from servebench.defaults import NIGHTLY_DAG_ID
 from servebench.errors import SpecError
 from servebench.notify.digest import (
@@ -94,6 +95,11 @@ def _summary(run_id: str | None, require_ok: bool) -> int:
         print("\nspeculative decoding (the engine's counters over each cell):")
         for line in speculation:
             print("  " + line)
+    host = canary_lines(store.read_table("units").to_pandas(), runs, run_id)
+    if host:
+        print("\nthe host (its canary before each unit's launch and after its stop):")
+        for line in host:
+            print("  " + line)
     print(f"cells: {run['n_ok']} ok, {run['n_invalid']} invalid, {run['n_failed']} failed")
     print(f"results: {settings.results_uri}  (tables runs, cells, requests, evals, units, "
           "hosts, changes)")
@@ -155,7 +161,12 @@ def _smoke(sweep: str | None, stacks: list[str] | None) -> int:
 
 def _trends_replay(history_path: str, out: str, detectability: bool = False) -> int:
     from servebench.errors import HistoryError
-    from servebench.trends.replay import calibrate, calibration_summary, read_history, replay
+    from servebench.trends.replay import (
+        calibrate,
+        calibration_summary,
+        read_history,
+        replay,
+    )
 
     try:
         history = read_history(history_path)

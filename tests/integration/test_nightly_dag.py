@@ -260,6 +260,22 @@ def test_each_unit_stores_what_it_held(published):
     assert "peak memory" in text.split("## What each variant buys")[1]  # a lever column
 
 
+def test_the_host_canary_is_read_around_every_unit(published):
+    """Each unit's row holds the host canary's two parts before its launch and after its
+    stop, read on this worker (the servers' host); the digest says what it saw, once."""
+    _, store, _ = published
+    units = store.read_table("units").to_pandas()
+    for side in ("before", "after"):
+        for part in ("cpu", "memory"):
+            column = units[f"canary_{side}_{part}_ms"]
+            assert column.notna().all() and (column > 0).all(), column
+    assert (units["canary_source"] == "this worker, the servers' host, with no server "
+            "running").all()
+    text = Path(next(f for f in store.find("digests") if f.endswith(".md"))).read_text()
+    [host] = [line for line in text.splitlines() if line.startswith("**Host:** host canary")]
+    assert f"median of {len(units)} units" in host
+
+
 @pytest.mark.parametrize("target, variant, twin", [
     ("adder-llamacpp", "f16-spec-draft", "f16"), ("adder-llamacpp", "f16-spec-ngram", "f16"),
     ("adder-vllm", "bf16-spec-draft", "bf16")])

@@ -21,6 +21,7 @@ from servebench.bench.golden import run_golden
 from servebench.bench.memory import cell_memory, unit_memory
 from servebench.bench.rows import UnitRows, VariantResult
 from servebench.bench.slo import search_slo
+from servebench.canary import unit_columns as canary_columns
 from servebench.config import SweepSpec, TargetSpec, VariantSpec
 from servebench.endpoint import Endpoint
 from servebench.errors import LaunchError
@@ -120,6 +121,8 @@ class VariantRunner:
             return self.result
         name = unit_id(self.target.name, self.variant.name)
         unit = self.result.unit
+        # the host's own speed before the server starts and after it stops (servebench.canary)
+        canary_before = self.provisioner.canary()
         unit.update(unit_id=name, target=self.target.name, variant=self.variant.name,
                     provision=self.target.provision_kind,
                     started_at=dt.datetime.now(dt.UTC))
@@ -129,6 +132,7 @@ class VariantRunner:
         except Exception as exc:  # launch failure is data: every cell records why
             log.exception("launch of %s failed", name)
             unit.update(load_s=time.monotonic() - t0, ended_at=dt.datetime.now(dt.UTC))
+            unit.update(canary_columns(canary_before, self.provisioner.canary()))
             rows.failed_cells(f"launch failed: {exc}",
                               exc.argv if isinstance(exc, LaunchError) else None)
             return self.result
@@ -146,6 +150,7 @@ class VariantRunner:
                 t_stop = time.monotonic()
                 self.provisioner.stop(endpoint)
                 unit.update(stop_s=time.monotonic() - t_stop, ended_at=dt.datetime.now(dt.UTC))
+                unit.update(canary_columns(canary_before, self.provisioner.canary()))
         for row in self.result.cells:
             row.update(cell_memory(unit))
         return self.result

@@ -404,7 +404,8 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
                   levers: list[dict] | None = None, airflow_url: str | None = None,
                   reaped: list[dict] | None = None, missing: list | None = None,
                   blind: list[str] | None = None,
-                  confirmations: pd.DataFrame | None = None) -> str:
+                  confirmations: pd.DataFrame | None = None,
+                  host: list[str] | None = None) -> str:
     """Markdown digest of one run: header, what changed since the nights before (when the
     detect task ran), a table per target, then invalid/failed cells, then the instances the
     janitor had to terminate since the last digest (``reaped`` rows). ``charts`` maps a
@@ -413,7 +414,8 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
     last one that have no committed run (``trends.series.missing_nights``); ``blind``: the
     lines saying which series cannot catch the sweep's step (``notify.detectable``), after
     the alerts; ``confirmations``: the same morning's re-measurement of the suspects
-    (``trends.confirm``), after the alerts."""
+    (``trends.confirm``), after the alerts; ``host``: what the host canary saw
+    (``servebench.canary``), said once after them."""
     charts = charts or {}
     out = _header(run, cells, results_uri, airflow_url)
     if missing:
@@ -427,6 +429,8 @@ def render_digest(cells: pd.DataFrame, run: dict, results_uri: str,
         out += change_lines(changes, charts, airflow_url, run.get("dag_id"))
     out += confirmation_lines(confirmations)
     out += blind or []
+    if host:
+        out += ["", "**Host:** " + host[0] + "."] + [f"- {line}." for line in host[1:]]
     records = cell_records(cells)
     if not records:
         return "\n".join(out + ["", "_No cells in this run._"]) + "\n"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from servebench.canary import canary_lines
 from servebench.defaults import NIGHTLY_DAG_ID, NIGHTLY_SCHEDULE
 from servebench.janitor import recently_reaped
 from servebench.levers import lever_rows
@@ -72,6 +73,7 @@ class Night:
     missing: list  # the scheduled nights since the last one that have no committed run
     detectability: pd.DataFrame  # what each series judged can catch (trends.detectability)
     confirmations: pd.DataFrame  # the suspects re-measured the same morning (trends.confirm)
+    host: list[str]  # what the host canary saw (servebench.canary)
 
     @classmethod
     def load(cls, store: ResultStore, run_id: str) -> Night:
@@ -83,14 +85,16 @@ class Night:
         changes = store.read_table("changes", run_ids=[run_id]).to_pandas()
         charts, files, pngs = _draw_charts(store, run_id, run_date, cells, changes)
         requests = store.read_table("requests", run_ids=[run_id]).to_pandas()
-        missing = (missing_nights(store.read_table("runs").to_pandas(), run, NIGHTLY_SCHEDULE)
+        all_runs = store.read_table("runs").to_pandas()
+        missing = (missing_nights(all_runs, run, NIGHTLY_SCHEDULE)
                    if run.get("dag_id") == NIGHTLY_DAG_ID else [])  # only it has a schedule
+        host = canary_lines(store.read_table("units").to_pandas(), all_runs, run_id)
         # what each series can catch, and its noise: the lever intervals' launch noise
         detectability = store.read_table("detectability", run_ids=[run_id]).to_pandas()
         confirmations = store.read_table("confirmations", run_ids=[run_id]).to_pandas()
         return cls(run_id, run_date, cells, run, changes, charts, files, pngs,
                    lever_rows(cells, requests, detectability), missing, detectability,
-                   confirmations)
+                   confirmations, host)
 
     def put_report(self, store: ResultStore, airflow_url: str | None = None) -> str:
         """The HTML report, beside the results (its raised lines linking their pages in the
@@ -100,7 +104,7 @@ class Night:
             render_report(self.cells, self.run, store.uri, self.changes, self.pngs,
                           self.levers, airflow_url=airflow_url,
                           detectability=self.detectability,
-                          confirmations=self.confirmations))
+                          confirmations=self.confirmations, host=self.host))
 
     def tell(self, store: ResultStore, notifier: Notifier | None, *,
              airflow_url: str | None = None) -> str:
@@ -110,7 +114,7 @@ class Night:
                                  self.charts, self.levers, airflow_url=airflow_url,
                                  reaped=recently_reaped(store), missing=self.missing,
                                  blind=blind_lines(self.detectability),
-                                 confirmations=self.confirmations)
+                                 confirmations=self.confirmations, host=self.host)
         where = store.put_text(f"digests/date={self.run_date}/{encode_run_id(self.run_id)}.md",
                                markdown)
         log.info("report: %s", self.put_report(store, airflow_url))

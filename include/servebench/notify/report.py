@@ -100,12 +100,13 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
                   changes: pd.DataFrame | None, pngs: dict[str, bytes],
                   levers: list[dict] | None = None, airflow_url: str | None = None,
                   detectability: pd.DataFrame | None = None,
-                  confirmations: pd.DataFrame | None = None) -> str:
+                  confirmations: pd.DataFrame | None = None,
+                  host: list[str] | None = None) -> str:
     """The report's HTML. ``pngs`` maps a series_id or ``target:<name>`` to a chart; with
     ``airflow_url`` (the UI's base URL) each raised line links its page in the Benchmarks
     view (absolute: the report is also read as a file, outside the view);
     ``detectability``: the night's table, the series that cannot catch the sweep's step
-    named after the alerts."""
+    named after the alerts; ``host``: what the host canary saw (``servebench.canary``)."""
     sweep = fmt_text(run.get("sweep_name"))
     date = fmt_text(run.get("run_date"))
     out = [f"<!doctype html><html><head><meta charset='utf-8'>"
@@ -146,6 +147,10 @@ def render_report(cells: pd.DataFrame, run: dict, results_uri: str,
         out += ["<h2>Re-measured the same morning</h2>", f"<p>{escape(head)}</p>", "<ul>",
                 *(f"<li><code>{escape(where)}</code> {escape(what)}</li>"
                   for where, what in lines), "</ul>"]
+    if host:
+        out += ["<h2>The host</h2>", f"<p>{escape(host[0])}</p>"]
+        if host[1:]:
+            out += ["<ul>", *[f"<li>{escape(line)}</li>" for line in host[1:]], "</ul>"]
     blind = blind_lines(detectability, markdown=False)
     if blind:
         out += ["<h2>What the series cannot see</h2>", f"<p>{blind[0]}</p>"]

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 import httpx
 
+from servebench.canary import CanaryReading
 from servebench.endpoint import Endpoint
 from servebench.errors import LaunchError, TeardownError
 from servebench.memory import MemorySample
@@ -165,6 +166,13 @@ class Provisioner(ABC):
         of its cells (``servebench.energy``), with what it counts; or None and why none is
         read (the cells' energy is then null, never zero)."""
         return None, f"the {self.kind} provisioner reads no energy counter of its hosts"
+
+    def canary(self) -> CanaryReading:
+        """The host canary (``servebench.canary``) timed on the machine this provisioner's
+        servers run on, none of them running; unmeasured, with why, where that is not this
+        worker."""
+        return CanaryReading.unmeasured(
+            f"the {self.kind} provisioner's servers run on another machine than this worker")
 
     @abstractmethod
     def hardware(self, target: TargetSpec) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from servebench.canary import CanaryReading, read_canary
 from servebench.endpoint import Endpoint
 from servebench.energy import EnergyCounter, host_counter
 from servebench.errors import ServerLaunchError
@@ -237,6 +238,10 @@ class LocalProvisioner(Provisioner):
             return MemorySample.unmeasured("not sampled: the server was started by another "
                                            "process")
         return sampler.peak()
+
+    def canary(self) -> CanaryReading:
+        """Timed here: this worker is the servers' host."""
+        return read_canary("this worker, the servers' host, with no server running")
 
     def energy_counter(self, endpoint: Endpoint) -> tuple[EnergyCounter | None, str]:
         """This worker's (``energy.host_counter``: its GPUs', else its CPU packages'), looked

@@ -387,6 +387,13 @@ UNITS = pa.schema(
         _f("peak_rss_source", _STR),
         _f("peak_device_memory_bytes", _I64),  # GPU memory in use at its peak
         _f("peak_device_memory_source", _STR),
+        # the host canary (servebench.canary) before the launch and after the stop: each
+        # part's median time, null where not measured, with where it ran or why not
+        _f("canary_before_cpu_ms", _F64),
+        _f("canary_before_memory_ms", _F64),
+        _f("canary_after_cpu_ms", _F64),
+        _f("canary_after_memory_ms", _F64),
+        _f("canary_source", _STR),
     ]
 )
 

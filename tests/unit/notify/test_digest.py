@@ -227,3 +227,20 @@ def test_the_morning_confirmation_is_said_with_each_alert_and_counted():
     html = render_report(table, RUN, "s3://b", changes, {},
                          confirmations=pd.DataFrame(rows))
     assert "Re-measured the same morning" in html and "the host: both slower" in html
+
+
+def test_the_host_canary_is_said_once_after_the_alerts():
+    host = ["host canary (this worker): cpu 13.0 ms, memory 7.0 ms, median of 8 units; "
+            "against the median of its last 6 runs: cpu +30% (noise ±1%), memory +0% "
+            "(noise ±1%)", "the host was 30% slower (cpu canary) than over its last 6 runs"]
+    md = render_digest(cells(), RUN, "./data", host=host)
+    assert md.count("**Host:** host canary (this worker)") == 1
+    assert "- the host was 30% slower (cpu canary) than over its last 6 runs." in md
+    assert md.index("**Host:**") < md.index("\n## ")  # after the alerts, before the tables
+    from servebench.notify.report import render_report
+
+    table = cells()
+    table["cell_id"] = [f"cell{i}" for i in range(len(table))]
+    html = render_report(table, RUN, "./data", None, {}, host=host)
+    assert "<h2>The host</h2>" in html and "<li>the host was 30% slower" in html
+    assert "**Host:**" not in render_digest(cells(), RUN, "./data")
