@@ -8,7 +8,7 @@ its launch and the host added that run. Each unit's deviation is the mean of its
 canary's is the log of its reading (the mean of before and after) less the median of all
 units' readings. Printed per metric and canary part, over the units (and over the runs'
 medians, with their count): the correlation, the share of the units' variance a fitted line
-of the canary explains (R^2), and the units' deviation spread (robust sigma) before and after
+of the canary explains (R^2; at least 5 points), and the units' deviation spread (robust sigma) before and after
 subtracting that line -- what judging on canary-adjusted values would leave.
 
   .venv/bin/python benchmarks/canary_tracking.py [--store DATA] [--sweep local]
@@ -25,6 +25,7 @@ from servebench.settings import get_settings
 
 METRICS = ("tpot_ms_p50", "ttft_ms_p50")
 KEY = ["target", "variant", "workload", "load_point"]
+MIN_POINTS = 5  # a line through fewer says nothing (three runs fit any line almost exactly)
 
 
 def _sigma(x: np.ndarray) -> float:
@@ -81,7 +82,7 @@ def main() -> None:
                                  ("run", joined.groupby("run_id")[[f"{part}_dev", "y"]]
                                   .median())):
                 x, y = frame[f"{part}_dev"].to_numpy(), frame["y"].to_numpy()
-                if len(x) < 3:
+                if len(x) < MIN_POINTS:
                     print(f"| {metric} | {part} | {level} | {len(x)} | - | - | - | - |")
                     continue
                 r, r2, after = _fit(x, y)
