@@ -114,7 +114,7 @@ class CanaryNight:
             return [(f"{head}; {self.earlier} earlier run(s) on this hardware, "
                      f"{MIN_EARLIER} needed to judge it")]
         against = ", ".join(f"{part} {self.level[part] / self.usual[part] - 1:+.0%} (noise "
-                            f"±{np.expm1(self.noise[part]):.0%})" for part in self.usual)
+                            f"±{np.expm1(self.noise[part]):.1%})" for part in self.usual)
         out = [f"{head}; against the median of its last {self.earlier} runs: {against}"]
         for part, move in self.moved.items():
             way = "slower" if move > 0 else "faster"
