@@ -65,7 +65,8 @@ def robust_cv(values: pd.Series) -> float:
     logs = np.log(values.astype(float).dropna())
     if len(logs) < 3:
         return math.nan
-    return 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
+    from servebench.trends.detect import robust_sigma
+    return robust_sigma(logs.to_numpy())
 
 
 def analyze(store: Path, before: int, after: int, wall: dict[int, float]) -> None:

@@ -19,24 +19,21 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-from servebench.canary import PARTS
+from servebench.canary import PARTS, unit_levels
 from servebench.results.store import ResultStore
 from servebench.settings import get_settings
+from servebench.trends.detect import robust_sigma
 
 METRICS = ("tpot_ms_p50", "ttft_ms_p50")
 KEY = ["target", "variant", "workload", "load_point"]
 MIN_POINTS = 5  # a line through fewer says nothing (three runs fit any line almost exactly)
 
 
-def _sigma(x: np.ndarray) -> float:
-    return 1.4826 * float(np.median(np.abs(x - np.median(x))))
-
-
 def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
     """Correlation, R^2 of y on x, and y's robust sigma after the fitted line."""
     r = float(np.corrcoef(x, y)[0, 1])
     slope, intercept = np.polyfit(x, y, 1)
-    return r, r * r, _sigma(y - (slope * x + intercept))
+    return r, r * r, robust_sigma(y - (slope * x + intercept))
 
 
 def main() -> None:
@@ -50,8 +47,7 @@ def main() -> None:
     units = store.read_table("units", run_ids=list(runs["run_id"])).to_pandas()
     if "canary_source" not in units.columns:
         raise SystemExit("no canary readings in this store")
-    for part in PARTS:
-        units[part] = units[[f"canary_before_{part}_ms", f"canary_after_{part}_ms"]].mean(axis=1)
+    units[list(PARTS)] = unit_levels(units)
     units = units.dropna(subset=list(PARTS))
     if units.empty:
         raise SystemExit(f"no canary readings in the runs of sweep {args.sweep!r}")
@@ -65,7 +61,7 @@ def main() -> None:
           f"{len(cells)} ok cells")
     for part in PARTS:
         units[f"{part}_dev"] = np.log(units[part]) - np.log(units[part].median())
-        spread = _sigma(units[f"{part}_dev"].to_numpy())
+        spread = robust_sigma(units[f"{part}_dev"].to_numpy())
         print(f"canary {part}: median {units[part].median():.2f} ms, unit-to-unit robust sigma "
               f"{spread:.1%}")
     print("| metric | canary part | level | n | correlation | R^2 | sigma before | sigma after |")
@@ -87,7 +83,7 @@ def main() -> None:
                     continue
                 r, r2, after = _fit(x, y)
                 print(f"| {metric} | {part} | {level} | {len(x)} | {r:+.2f} | {r2:.2f} | "
-                      f"{_sigma(y):.1%} | {after:.1%} |")
+                      f"{robust_sigma(y):.1%} | {after:.1%} |")
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from servebench.trends.detect import robust_sigma
+
 REPS = 5
 CPU_LOOP = 150_000  # pure-Python iterations per cpu timing (about 10 ms)
 SMALL_BYTES = 256 * 1024  # the in-cache numpy pass
@@ -128,14 +130,10 @@ class CanaryNight:
         return out
 
 
-def _unit_levels(units: pd.DataFrame) -> pd.DataFrame:
+def unit_levels(units: pd.DataFrame) -> pd.DataFrame:
     """Per unit and part, the mean of its before and after readings."""
     return pd.DataFrame({part: units[[f"canary_before_{part}_ms", f"canary_after_{part}_ms"]]
                          .mean(axis=1, skipna=True) for part in PARTS}, index=units.index)
-
-
-def _robust_sigma(logs: np.ndarray) -> float:
-    return 1.4826 * float(np.median(np.abs(logs - np.median(logs))))
 
 
 def canary_night(units: pd.DataFrame, runs: pd.DataFrame, run_id: str) -> CanaryNight | None:
@@ -144,7 +142,7 @@ def canary_night(units: pd.DataFrame, runs: pd.DataFrame, run_id: str) -> Canary
     reading."""
     if "canary_source" not in units.columns or run_id not in set(runs["run_id"]):
         return None
-    units = pd.concat([units, _unit_levels(units)], axis=1)
+    units = pd.concat([units, unit_levels(units)], axis=1)
     mine = units[(units["run_id"] == run_id) & units[list(PARTS)].notna().any(axis=1)]
     if mine.empty:
         return None
@@ -164,13 +162,13 @@ def canary_night(units: pd.DataFrame, runs: pd.DataFrame, run_id: str) -> Canary
         if len(history) < MIN_EARLIER:
             continue
         usual[part] = float(history.median())
-        noise[part] = _robust_sigma(np.log(history.to_numpy()))
+        noise[part] = robust_sigma(np.log(history.to_numpy()))
         move = float(np.log(level[part] / usual[part]))
         if abs(move) > max(SIGMAS * noise[part], MIN_MOVE):
             moved[part] = float(np.expm1(move))
         # one unit's reading against the usual level, beyond one unit's spread
         unit_logs = np.log(earlier[part].dropna().to_numpy() / usual[part])
-        bar = max(SIGMAS * _robust_sigma(unit_logs), MIN_MOVE)
+        bar = max(SIGMAS * robust_sigma(unit_logs), MIN_MOVE)
         slow |= np.log(mine[part] / usual[part]) > bar
     slow_units = mine[slow]
     span = None

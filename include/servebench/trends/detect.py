@@ -86,11 +86,17 @@ class Change:
         return "worse" if self.worse else "better"
 
 
+def robust_sigma(x: np.ndarray) -> float:
+    """1.4826 times the median absolute deviation: a normal's sigma, unmoved by a few wild
+    values. Every robust spread in servebench is this one."""
+    return 1.4826 * _mad(np.asarray(x, dtype=float))
+
+
 def noise_sigma(x: np.ndarray) -> float:
     """Robust per-night sigma of a series (see the module doc); 0 for fewer than 4 nights."""
     if len(x) < 4:
         return 0.0
-    return 1.4826 * _mad(x)
+    return robust_sigma(x)
 
 
 def _mad(v: np.ndarray) -> float:
