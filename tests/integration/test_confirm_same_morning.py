@@ -6,6 +6,7 @@ excursion): the relaunches do not reproduce it and it is dismissed, never posted
 it stays: the relaunches beside the untouched baseline confirm it, the night posts it as a
 regression with its interval, and the digest says so."""
 
+import json
 import os
 import stat
 from pathlib import Path
@@ -112,6 +113,12 @@ def test_a_slowdown_that_stays_is_confirmed_and_posted_the_same_morning(nights):
     assert row["words"].startswith("confirmed: TTFT p50 +")
     assert "against steady, 3 relaunches each side" in row["words"]
     assert row["seconds"] > 0
+    # the host canary was read around each relaunch, both sides, and kept with the verdict
+    canary = json.loads(row["values_json"])["canary"]
+    assert {side: len(reads) for side, reads in canary.items()} == \
+        {"suspect": 3, "reference": 3}
+    assert all(r["canary_before_cpu_ms"] > 0 and r["canary_after_cpu_ms"] > 0
+               for reads in canary.values() for r in reads)
     changes = store.read_table("changes", run_ids=[slowed["run_id"]]).to_pandas()
     posted = _victim(changes[changes["kind"] == "regression"])
     assert set(posted["metric"]) == set(confirmed["metric"])

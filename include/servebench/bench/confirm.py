@@ -53,6 +53,9 @@ class Relaunched:
     reference: dict[Cell, list[dict | None]] = field(default_factory=dict)
     seconds: float = 0.0
     failure: str | None = None  # why nothing was measured
+    # the host canary around each relaunch (servebench.canary), per side: its units row's
+    # canary columns, kept with the confirmation rows
+    canary: dict[str, list[dict]] = field(default_factory=dict)
 
 
 def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str = "",
@@ -95,10 +98,10 @@ def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str 
                 judgement = Judgement("over_budget", "not re-measured: over the confirm "
                                       f"budget (~{session.estimate_s:.0f} s; "
                                       f"trends.confirm.budget_s {conf.budget_s:.0f})")
-                values, ref_values, seconds = [], None, None
+                values, ref_values, seconds, canary = [], None, None, {}
             elif done.failure:
                 judgement = Judgement("not_measured", f"not re-measured: {done.failure}")
-                values, ref_values, seconds = [], None, done.seconds
+                values, ref_values, seconds, canary = [], None, done.seconds, {}
             else:
                 values = _values(done.suspect, suspect.cell, suspect.metric)
                 ref_values = _values(done.reference, suspect.cell, suspect.metric) \
@@ -107,10 +110,11 @@ def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str 
                                   min_change=min_change, launches=conf.launches)
                 if session.reference is None:
                     judgement = _no_reference(judgement, session)
-                seconds = done.seconds
+                seconds, canary = done.seconds, done.canary
             log.info("confirm %s: %s", suspect.series_id, judgement.words)
             rows.append(confirmation_row(suspect, judgement, session.reference,
-                                         conf.launches, seconds, values, ref_values))
+                                         conf.launches, seconds, values, ref_values,
+                                         canary=canary))
     causes = {}
     for row in rows:
         if row["source"] == "suspect" and row["verdict"] == "confirmed":
@@ -201,6 +205,8 @@ def relaunch(plan: Plan, session: Session, provisioner, run_id: str, settings: S
                                    try_number=try_number, requests=plan.requests,
                                    only_cells=only, golden=False).run()
             found = {(c["workload"], c["load_point"]): c for c in result.cells}
+            done.canary.setdefault(side, []).append(
+                {k: v for k, v in result.unit.items() if k.startswith("canary_")})
             for cell in session.cells:
                 row = found.get(cell)
                 getattr(done, side).setdefault(cell, []).append(

@@ -324,7 +324,7 @@ CONFIRMATIONS = pa.schema(
         _f("verdict", _STR),  # one of trends.confirm.VERDICTS
         _f("words", _STR),  # the verdict as the digest says it
         _f("seconds", _F64),  # the session's (its variant's relaunches) wall time
-        _f("values_json", _STR),  # each relaunch's value, suspect and reference
+        _f("values_json", _STR),  # each relaunch's value and host canary, suspect and reference
     ]
 )
 

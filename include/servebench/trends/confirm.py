@@ -336,8 +336,11 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
 
 def confirmation_row(suspect: Suspect, judgement: Judgement, reference: str | None,
                      launches: int, seconds: float | None, values: list[float],
-                     ref_values: list[float] | None) -> dict:
-    """A ``confirmations`` row: the suspect, what tonight showed, the verdict."""
+                     ref_values: list[float] | None, *,
+                     canary: dict[str, list[dict]] | None = None) -> dict:
+    """A ``confirmations`` row: the suspect, what tonight showed, the verdict; with each
+    relaunch's value and the host canary read around it (``canary``: per side, each
+    relaunch's ``units`` canary columns)."""
     return {
         "series_id": suspect.series_id, "target": suspect.target, "stack": suspect.stack,
         "variant": suspect.variant, "workload": suspect.workload,
@@ -351,7 +354,8 @@ def confirmation_row(suspect: Suspect, judgement: Judgement, reference: str | No
         "reference_change_pct": _pct100(judgement.reference_change),
         "pairs": judgement.pairs, "verdict": judgement.verdict, "words": judgement.words,
         "seconds": seconds,
-        "values_json": json.dumps({"suspect": values, "reference": ref_values}),
+        "values_json": json.dumps({"suspect": values, "reference": ref_values,
+                                   "canary": canary or {}}),
     }
 
 
