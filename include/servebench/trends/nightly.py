@@ -10,7 +10,9 @@
   twice as much and beyond its own noise; one with a recorded change of its own then
   witnesses neither way): the host moved -- a busier or throttled machine, an unrecorded OS
   change --, not the variant. Said apart, once per series like a regression; a change one
-  variant shows alone stays a regression. A cell with a host move so confirmed is on a moved
+  variant shows alone stays a regression, and so does one whose ratio to each like-moving
+  variant moved too (``beyond_host``: it moved with the host and by more), said with its
+  size beyond them. A cell with a host move so confirmed is on a moved
   host: its other statistics' changes from that night, the same way, with nothing recorded,
   are host changes too (a tail amplifies a host's move past the like-move share, and a
   variant of another kind -- f16 beside q8_0 -- moves its tail apart). A tail's change with
@@ -74,6 +76,14 @@ MOVES = ("regression", "improvement", "host_change")  # a series' change, raised
 SERIES_KINDS = (*MOVES, "unconfirmed")
 HOST_SHARE = 0.5  # a sibling variant moved the same way by 0.5x to 2x as much
 HOST_BEFORE_NIGHTS = 7  # the sibling's level before: the median of its last nights
+BEYOND_HOST = ("its own, beyond the host's: {beyond:+.0f}% against the target's other "
+               "variants, which moved {host:+.0f}% the same way from that night (it moved "
+               "{moved:+.0f}%), and nothing recorded changed")
+# a variant moved with its host (a like move) is its own change too where its ratio to each
+# like-moving sibling moved from that night by this much and beyond that ratio's noise
+BEYOND_MIN = 0.10
+BEYOND_SIGMAS = 3.5
+BEYOND_NIGHTS = 30  # the ratio's nights before that make its level and noise
 
 
 class Judged(NamedTuple):
@@ -134,9 +144,15 @@ def night_changes(store: ResultStore, run_id: str, *, annotations: Iterable[Anno
             after = float(np.nanmean(values[night:]))
             rel_change = after / before - 1 if before else math.nan
         kind = "regression" if change.worse else "improvement"
-        if cause == NOTHING_CHANGED and _host_wide(series, cells, runs, first, night,
-                                                   rel_change, tonight, s):
-            kind, cause = "host_change", HOST_CHANGED
+        if cause == NOTHING_CHANGED:
+            hosts = _host_wide(series, cells, runs, first, night, rel_change, tonight, s)
+            beyond = beyond_host(group, hosts, night) if hosts else None
+            if beyond is not None and beyond * rel_change > 0:
+                # it moved with the host, and by more than the host moved the others: its own
+                cause = BEYOND_HOST.format(beyond=100 * beyond, moved=100 * rel_change,
+                                           host=100 * _host_move(hosts, night))
+            elif hosts:
+                kind, cause = "host_change", HOST_CHANGED
         rows.append({
             "series_id": sid, **_where(first), "metric": first["metric"],
             "kind": kind,
@@ -286,8 +302,10 @@ def _corroborated(cells: pd.DataFrame, night_of: dict[str, int], row: dict, star
 
 
 def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, row: dict,
-               night: int, rel_change: float, tonight: int, s: DetectorSettings) -> bool:
-    """Whether the other variants of ``row``'s target show its change too: at least half of
+               night: int, rel_change: float, tonight: int, s: DetectorSettings
+               ) -> list[pd.DataFrame]:
+    """The other variants of ``row``'s target that show its change too (their series), where
+    they are enough to say the host moved (else none): at least half of
     them (and one) the same metric, workload and load point, from ``night`` (the median since
     against the median of its nights before) the same way, by HOST_SHARE to 1/HOST_SHARE
     times as much (a like move, so each variant's alert reads the other the same way) and by
@@ -296,13 +314,13 @@ def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, ro
     p50 +32% and the slowed variant's +42% before its cut from one night, the f16's +8% from
     it, its rise having begun four nights earlier). A variant with a recorded change of its
     own near that night (a slowdown under test, an upgrade) witnesses neither way and is left
-    out; False without a witness left, or with one too short to tell."""
+    out; none without a witness left, or with one too short to tell."""
     if row["metric"] == "accuracy" or not math.isfinite(rel_change) or rel_change == 0:
-        return False
+        return []
     mask = ((series["target"] == row["target"]) & (series["metric"] == row["metric"])
             & (series["workload"] == row["workload"])
             & (series["load_point"] == row["load_point"]) & (series["variant"] != row["variant"]))
-    witnesses = alike = 0
+    witnesses, alike = 0, []
     for _, sibling in series[mask].groupby("variant", sort=False):
         _, cause = attribute(cells, runs, sibling.iloc[-1].to_dict(), night, lo=0,
                               hi=tonight, tolerance=s.locate_tolerance)
@@ -310,14 +328,53 @@ def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, ro
             continue
         shift = _shift(sibling, night)
         if shift is None:
-            return False
+            return []
         witnesses += 1
         base, level, noise = shift
         moved = level / base - 1 if base else math.nan
-        alike += (math.isfinite(moved) and moved * rel_change > 0
-                  and HOST_SHARE <= moved / rel_change <= 1 / HOST_SHARE
-                  and abs(level - base) > 2 * noise)
-    return alike > 0 and 2 * alike >= witnesses
+        if (math.isfinite(moved) and moved * rel_change > 0
+                and HOST_SHARE <= moved / rel_change <= 1 / HOST_SHARE
+                and abs(level - base) > 2 * noise):
+            alike.append(sibling)
+    return alike if alike and 2 * len(alike) >= witnesses else []
+
+
+def beyond_host(mine: pd.DataFrame, hosts: list[pd.DataFrame], night: int) -> float | None:
+    """How far a series (``mine``: its nights, ``night`` and ``value``) moved from ``night``
+    beyond the variants that moved with it (``hosts``, ``_host_wide``'s): its ratio to each
+    one's value night by night, the median from ``night`` on against the median of up to
+    BEYOND_NIGHTS nights before -- what the host did to both cancels in the ratio --, the
+    smallest such move of the ratios; None unless every ratio moved the way the series did,
+    by at least BEYOND_MIN and by BEYOND_SIGMAS of its error (the ratio's night-to-night
+    robust sigma over the root of the nights on either side). A variant that slowed with its
+    host by more than the host slowed it is its own regression, said with that size.
+    ``tests/unit/trends/test_beyond_host.py`` holds its false alarms on like-moving nulls and
+    its catch of an injected step."""
+    moves = []
+    for sibling in hosts:
+        both = mine[["night", "value"]].merge(sibling[["night", "value"]], on="night",
+                                              suffixes=("", "_host"))
+        ratio = (both["value"] / both["value_host"]).to_numpy(dtype=float)
+        nights = both["night"].to_numpy()
+        before = ratio[nights < night][-BEYOND_NIGHTS:]
+        after = ratio[nights >= night]
+        if len(before) < 4 or len(after) == 0:
+            return None
+        base, level = float(np.median(before)), float(np.median(after))
+        error = noise_sigma(before) * math.sqrt(1 / len(after) + 1 / len(before))
+        if abs(level - base) <= max(BEYOND_SIGMAS * error, BEYOND_MIN * base):
+            return None
+        moves.append(level / base - 1)
+    if not moves or not (all(m > 0 for m in moves) or all(m < 0 for m in moves)):
+        return None
+    return min(moves, key=abs)
+
+
+def _host_move(hosts: list[pd.DataFrame], night: int) -> float:
+    """The like-moving variants' median move from ``night`` (``_shift``'s levels)."""
+    moves = [level / base - 1 for base, level, _ in filter(None, (_shift(h, night)
+                                                                    for h in hosts)) if base]
+    return float(np.median(moves)) if moves else math.nan
 
 
 def _on_a_moved_host(rows: list[dict], earlier: pd.DataFrame, night_of: dict[str, int],

@@ -4,6 +4,7 @@ the cause, says nothing about f16, does not duplicate on a re-run, and reports n
 cells and gate failures; the digest leads with it."""
 
 import datetime as dt
+import re
 
 import numpy as np
 import pytest
@@ -254,6 +255,18 @@ def test_a_change_every_variant_shows_with_nothing_recorded_is_the_hosts(tmp_pat
     assert third[["variant", "kind"]].sort_values("variant").values.tolist() == [
         ["f16", "host_change"], ["q4", "regression"], ["twin", "host_change"]]
     assert set(third[third["variant"] == "q4"]["cause"]) == {"engine_version b1 -> b2"}
+    # the host moved both, the q4 by more: the f16's is the host's, the q4's its own too,
+    # said with its size beyond the f16 (1.75 / 1.4: +25%)
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "beyond"))
+    beyond = _two_variant_nights(tmp_path / "beyond", {"f16": 1.4, "q4": 1.75})
+    kinds = dict(zip(beyond["variant"], beyond["kind"], strict=True))
+    assert kinds == {"f16": "host_change", "q4": "regression"}, beyond[["variant", "kind"]]
+    [own] = beyond[beyond["variant"] == "q4"]["cause"]
+    said = re.fullmatch(r"its own, beyond the host's: \+(\d+)% against the target's other "
+                        r"variants, which moved \+(\d+)% the same way from that night \(it "
+                        r"moved \+(\d+)%\), and nothing recorded changed", own)
+    assert said and [abs(int(n) - want) <= 2 for n, want in zip(said.groups(), (25, 40, 75),
+                                                                strict=True)] == [True] * 3, own
     # with only that variant beside it, an untouched variant's change has no witness: its own
     monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "alone"))
     alone = _two_variant_nights(tmp_path / "alone", {"f16": 1.2, "q4": 1.6}, upgraded=("q4",))
