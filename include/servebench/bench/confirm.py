@@ -21,7 +21,7 @@ from servebench.quantize.make import make_variant
 from servebench.results.schema import rows_to_table
 from servebench.settings import Settings
 from servebench.trends.annotations import load_annotations
-from servebench.trends.attribution import recorded_change
+from servebench.trends.attribution import attribute
 from servebench.trends.confirm import (
     Judgement,
     Session,
@@ -74,7 +74,8 @@ def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str 
     alerts = store.read_table("changes", run_ids=[run_id]).to_pylist()
     annotations = load_annotations(settings.resolve(settings.annotations))
     starts = baseline_starts(store, runs, series, annotations)
-    min_change = detector_settings(runs["spec_json"].iloc[-1]).min_rel_change
+    detector = detector_settings(runs["spec_json"].iloc[-1])
+    min_change = detector.min_rel_change
     suspects = find_suspects(series, alerts, starts, night_of, tonight,
                              sigmas=conf.suspect_sigmas, min_change=min_change)
     variants = {t.name: [n for n in dict.fromkeys([t.baseline, *(v.name for v in t.variants)])
@@ -115,15 +116,18 @@ def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str 
             rows.append(confirmation_row(suspect, judgement, session.reference,
                                          conf.launches, seconds, values, ref_values,
                                          canary=canary))
-    causes = {}
+    causes, start_of = {}, {suspect.series_id: suspect.start for suspect in suspects}
     for row in rows:
         if row["source"] == "suspect" and row["verdict"] == "confirmed":
             mine = tonight_cells[(tonight_cells["target"] == row["target"])
                                  & (tonight_cells["variant"] == row["variant"])
                                  & (tonight_cells["workload"] == row["workload"])
                                  & (tonight_cells["load_point"] == row["load_point"])]
-            causes[row["series_id"]] = recorded_change(cells, runs,
-                                                       mine.iloc[0].to_dict(), tonight)
+            # its move began tonight or up to the detector's locate tolerance before (an
+            # earlier night's suspect not yet confirmed): a recorded change that near is it
+            causes[row["series_id"]] = attribute(
+                cells, runs, mine.iloc[0].to_dict(), tonight, lo=start_of[row["series_id"]],
+                hi=tonight, tolerance=detector.locate_tolerance)
     changes = with_verdicts(alerts, rows, runs, causes)
     group_findings(changes)
     ids = {"run_id": run_id, "run_date": summary["run_date"]}

@@ -367,12 +367,14 @@ CONFIRMED_HOST = "the host, re-measured the same morning: {words}"
 
 
 def with_verdicts(alerts: list[dict], verdicts: list[dict], runs: pd.DataFrame,
-                  causes: dict[str, str]) -> list[dict]:
+                  causes: dict[str, tuple[int, str]]) -> list[dict]:
     """Tonight's ``changes`` rows after the confirmation (``verdicts``: ``confirmations``
     rows): each re-measured alert carries its verdict's words (``confirmation``); one
     dismissed is ``unconfirmed`` (kept, never posted as a regression, its series not
     restarted), one the host moved is a ``host_change``; a quiet series' suspect confirmed
-    is tonight's regression, with its recorded cause (``causes``, by series) or none."""
+    is a regression, dated to its recorded change's night and said with that cause
+    (``causes``, by series: ``(night, cause)``, ``attribution.attribute``'s), else tonight's
+    with none."""
     by_series = {v["series_id"]: v for v in verdicts}
     out = []
     for row in alerts:
@@ -392,14 +394,15 @@ def with_verdicts(alerts: list[dict], verdicts: list[dict], runs: pd.DataFrame,
     for found in by_series.values():
         if found["source"] != "suspect" or found["verdict"] != "confirmed":
             continue
+        night, cause = causes.get(found["series_id"], (tonight, NOTHING_CHANGED))
         out.append({
             "series_id": found["series_id"],
             **{k: found[k] for k in ("target", "stack", "variant", "workload", "load_point",
                                      "metric")},
             "kind": "regression", "before": found["level"], "after": found["value"],
             "change_pct": found["night_change_pct"], "drastic": False,
-            "change_date": runs["run_date"].iloc[tonight],
-            "change_run_id": runs["run_id"].iloc[tonight], "nights_since": 1,
-            "cause": causes.get(found["series_id"], NOTHING_CHANGED),
+            "change_date": runs["run_date"].iloc[night],
+            "change_run_id": runs["run_id"].iloc[night], "nights_since": tonight - night + 1,
+            "cause": cause,
             "confirmation": found["words"]})
     return out

@@ -169,14 +169,20 @@ def test_the_verdicts_decide_what_the_night_posts():
               {"series_id": "d", "kind": "newly_failing"}]
     verdicts = [_verdict("a", "confirmed"), _verdict("b", "dismissed"), _verdict("c", "host"),
                 _verdict("e", "confirmed", "suspect"), _verdict("f", "dismissed", "suspect")]
-    out = {r["series_id"]: r for r in with_verdicts(alerts, verdicts, _runs(),
-                                                    {"e": "launch args --parallel 4 -> 1"})}
+    out = {r["series_id"]: r for r in with_verdicts(
+        alerts, verdicts, _runs(), {"e": (NIGHTS - 2, "launch args --parallel 4 -> 1")})}
     assert out["a"]["kind"] == "regression" and out["a"]["confirmation"] == "confirmed: ..."
     assert out["b"]["kind"] == "unconfirmed"  # kept as data, never posted as a regression
     assert out["c"]["kind"] == "host_change" and out["c"]["cause"].startswith("the host")
     assert "confirmation" not in out["d"]
-    # a quiet series' suspect the relaunches confirmed is tonight's regression
-    assert out["e"]["kind"] == "regression" and out["e"]["nights_since"] == 1
-    assert out["e"]["change_run_id"] == f"r{NIGHTS - 1}" and out["e"]["change_pct"] == 30.0
+    # a quiet series' suspect the relaunches confirmed is a regression, dated to its
+    # recorded change the night before (a suspect then, not yet confirmed)
+    assert out["e"]["kind"] == "regression" and out["e"]["nights_since"] == 2
+    assert out["e"]["change_run_id"] == f"r{NIGHTS - 2}" and out["e"]["change_pct"] == 30.0
     assert out["e"]["cause"] == "launch args --parallel 4 -> 1"
     assert "f" not in out  # dismissed quiet suspects stay in the confirmations table only
+    # with nothing recorded near it, tonight's, and said so
+    verdicts = [_verdict("e", "confirmed", "suspect")]
+    [tonight] = with_verdicts([], verdicts, _runs(), {})
+    assert tonight["nights_since"] == 1 and tonight["change_run_id"] == f"r{NIGHTS - 1}"
+    assert tonight["cause"].startswith("nothing recorded changed")
