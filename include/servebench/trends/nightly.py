@@ -146,11 +146,12 @@ def night_changes(store: ResultStore, run_id: str, *, annotations: Iterable[Anno
         kind = "regression" if change.worse else "improvement"
         if cause == NOTHING_CHANGED:
             hosts = _host_wide(series, cells, runs, first, night, rel_change, tonight, s)
-            beyond = beyond_host(group, hosts, night) if hosts else None
+            beyond = beyond_host(group, [h for h, _ in hosts], night) if hosts else None
             if beyond is not None and beyond * rel_change > 0:
                 # it moved with the host, and by more than the host moved the others: its own
+                host = float(np.median([moved for _, moved in hosts]))
                 cause = BEYOND_HOST.format(beyond=100 * beyond, moved=100 * rel_change,
-                                           host=100 * _host_move(hosts, night))
+                                           host=100 * host)
             elif hosts:
                 kind, cause = "host_change", HOST_CHANGED
         rows.append({
@@ -303,9 +304,9 @@ def _corroborated(cells: pd.DataFrame, night_of: dict[str, int], row: dict, star
 
 def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, row: dict,
                night: int, rel_change: float, tonight: int, s: DetectorSettings
-               ) -> list[pd.DataFrame]:
-    """The other variants of ``row``'s target that show its change too (their series), where
-    they are enough to say the host moved (else none): at least half of
+               ) -> list[tuple[pd.DataFrame, float]]:
+    """The other variants of ``row``'s target that show its change too (each one's series and
+    relative move), where they are enough to say the host moved (else none): at least half of
     them (and one) the same metric, workload and load point, from ``night`` (the median since
     against the median of its nights before) the same way, by HOST_SHARE to 1/HOST_SHARE
     times as much (a like move, so each variant's alert reads the other the same way) and by
@@ -335,7 +336,7 @@ def _host_wide(series: pd.DataFrame, cells: pd.DataFrame, runs: pd.DataFrame, ro
         if (math.isfinite(moved) and moved * rel_change > 0
                 and HOST_SHARE <= moved / rel_change <= 1 / HOST_SHARE
                 and abs(level - base) > 2 * noise):
-            alike.append(sibling)
+            alike.append((sibling, moved))
     return alike if alike and 2 * len(alike) >= witnesses else []
 
 
@@ -344,10 +345,12 @@ def beyond_host(mine: pd.DataFrame, hosts: list[pd.DataFrame], night: int) -> fl
     beyond the variants that moved with it (``hosts``, ``_host_wide``'s): its ratio to each
     one's value night by night, the median from ``night`` on against the median of up to
     BEYOND_NIGHTS nights before -- what the host did to both cancels in the ratio --, the
-    smallest such move of the ratios; None unless every ratio moved the way the series did,
-    by at least BEYOND_MIN and by BEYOND_SIGMAS of its error (the ratio's night-to-night
-    robust sigma over the root of the nights on either side). A variant that slowed with its
-    host by more than the host slowed it is its own regression, said with that size.
+    smallest such move of the ratios; None unless every ratio moved the same way, by at
+    least BEYOND_MIN and by BEYOND_SIGMAS of its error (the ratio's night-to-night
+    robust sigma over the root of the nights on either side). The ratios must agree with
+    each other; the caller asks that they agree with the series' own change too: a variant
+    that slowed with its host by more than the host slowed it is its own regression, said
+    with that size.
     ``tests/unit/trends/test_beyond_host.py`` holds its false alarms on like-moving nulls and
     its catch of an injected step."""
     moves = []
@@ -368,13 +371,6 @@ def beyond_host(mine: pd.DataFrame, hosts: list[pd.DataFrame], night: int) -> fl
     if not moves or not (all(m > 0 for m in moves) or all(m < 0 for m in moves)):
         return None
     return min(moves, key=abs)
-
-
-def _host_move(hosts: list[pd.DataFrame], night: int) -> float:
-    """The like-moving variants' median move from ``night`` (``_shift``'s levels)."""
-    moves = [level / base - 1 for base, level, _ in filter(None, (_shift(h, night)
-                                                                    for h in hosts)) if base]
-    return float(np.median(moves)) if moves else math.nan
 
 
 def _on_a_moved_host(rows: list[dict], earlier: pd.DataFrame, night_of: dict[str, int],
