@@ -267,7 +267,7 @@ KIND_TITLES = (("regression", "Regressions"), ("improvement", "Improvements"),
                ("host_change", ("Host changes (the target's variants moved together; "
                                 "nothing recorded changed)")),
                ("unconfirmed", ("Not confirmed the same morning (the relaunches did not "
-                                "reproduce them: kept, not posted as regressions)")))
+                                "reproduce them: kept, not posted as changes)")))
 
 
 def _alert_parts(r: dict) -> tuple[str | None, str, str, str | None, str]:

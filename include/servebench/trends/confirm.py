@@ -3,7 +3,9 @@
 
 A **suspect** is a cell series judged tonight that is worse than its baseline beyond its
 noise (``confirm.suspect_sigmas`` of its nights' robust sigma, and by ``trends.min_change``)
-whether the detector raised it or not, or any regression or host change raised tonight. Its
+whether the detector raised it or not, or any regression, improvement or host change raised
+tonight (an improvement is asked whether it holds, as a regression is: on a noisy host a
+slow baseline makes one as easily). Its
 variant is relaunched ``launches`` times interleaved with a **reference** -- a variant of its
 target with nothing recorded changed, its baseline first -- on the same host (ABBA), and only
 its suspect cells are measured. The verdict comes from tonight's launches alone: each
@@ -24,12 +26,12 @@ from scipy import stats
 
 from servebench.metric_catalogue import BY_COLUMN, metric_label, shown_in
 from servebench.trends.attribution import NOTHING_CHANGED, recorded_change
-from servebench.trends.detect import noise_sigma
+from servebench.trends.detect import noise_sigma, robust_sigma_df
 
 # the series a quiet night can make a suspect of: the typical request's (a tail's one night
 # is the host's stalled second more often than not; it is re-measured when raised)
 SUSPECT_METRICS = tuple(m.column for m in shown_in("suspect"))
-ALERT_KINDS = ("regression", "host_change")  # raised tonight: re-measured too
+ALERT_KINDS = ("regression", "improvement", "host_change")  # raised tonight: re-measured
 MIN_BASELINE = 5  # nights before a quiet series' night can make it a suspect
 
 Verdict = Literal["confirmed", "host", "dismissed", "inconclusive", "over_budget",
@@ -55,14 +57,17 @@ class Suspect:
     start: int  # the baseline's first night
     night: int  # the change night (an alert's) or tonight
     alert_kind: str | None = None
+    better: bool = False  # raised as better than its baseline: is it?
 
     @property
     def sign(self) -> float:
-        return BY_COLUMN[self.metric].worse_sign
+        """+1 where the metric's higher values are the way the suspect moved, else -1."""
+        return BY_COLUMN[self.metric].worse_sign * (-1.0 if self.better else 1.0)
 
     @property
-    def worse(self) -> float:
-        """Tonight's change against the baseline, positive = worse (a log ratio)."""
+    def moved(self) -> float:
+        """Tonight's change against the baseline, positive the way it was raised (worse;
+        better for an improvement), a log ratio."""
         return self.sign * math.log(self.value / self.level)
 
     @property
@@ -100,6 +105,8 @@ def find_suspects(series: pd.DataFrame, alerts: list[dict], starts: dict[str, in
             continue
         if level <= 0 or value <= 0:
             continue
+        better = alert is not None and (alert["kind"] == "improvement" or (
+            alert["kind"] == "host_change" and metric.worse_sign * (value - level) < 0))
         noise = noise_sigma(before) if len(before) >= 4 else 0.0
         worse = metric.worse_sign * (value - level)
         z = worse / max(noise, abs(level) * 1e-3)
@@ -110,7 +117,8 @@ def find_suspects(series: pd.DataFrame, alerts: list[dict], starts: dict[str, in
             variant=last["variant"], workload=last["workload"],
             load_point=last["load_point"], metric=last["metric"],
             source="alert" if alert else "suspect", value=value, level=level, noise=noise,
-            start=start, night=night, alert_kind=alert["kind"] if alert else None)))
+            start=start, night=night, alert_kind=alert["kind"] if alert else None,
+            better=better)))
     return [s for _, s in sorted(out, key=lambda pair: pair[0])]
 
 
@@ -223,16 +231,23 @@ class Judgement:
     pairs: int = 0
 
 
-def t_interval(values: list[float], extra_se: float = 0.0,
+def t_interval(values: list[float], extra_se: float = 0.0, extra_df: float = math.inf,
                confidence: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): the mean of ``values`` with a two-sided t-interval from their own
     spread, its standard error widened by ``extra_se`` (an independent error of the mean's
-    reference point). Infinite ends below two values."""
+    reference point, known to ``extra_df`` degrees of freedom). The t's degrees of freedom
+    are Welch-Satterthwaite's for the two errors together: a reference point known from a
+    week of nights does not take the few relaunches' t. Infinite ends below two values."""
     mean = float(np.mean(values))
     if len(values) < 2:
         return mean, -math.inf, math.inf
-    se = math.sqrt(float(np.var(values, ddof=1)) / len(values) + extra_se ** 2)
-    half = float(stats.t.ppf(0.5 + confidence / 2, len(values) - 1)) * se
+    own = float(np.var(values, ddof=1)) / len(values)
+    se = math.sqrt(own + extra_se ** 2)
+    df = len(values) - 1
+    if extra_se > 0 and se > 0:
+        df = se ** 4 / (own ** 2 / df + (extra_se ** 4 / extra_df if extra_df < math.inf
+                                         else 0.0))
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     return mean, mean - half, mean + half
 
 
@@ -250,6 +265,15 @@ def reference_series_id(series: pd.DataFrame, suspect: Suspect, reference: str) 
     return None if mine.empty else str(mine["series_id"].iloc[-1])
 
 
+def _median_error(logs: np.ndarray) -> tuple[float, float]:
+    """The standard error of the median of ``logs`` (the baseline nights' ratio) and the
+    degrees of freedom it is known to: a robust sigma's from 4 nights, else the plain
+    standard deviation's."""
+    if len(logs) >= 4:
+        return 1.2533 * noise_sigma(logs) / math.sqrt(len(logs)), robust_sigma_df(len(logs))
+    return float(np.std(logs, ddof=1)) / math.sqrt(len(logs)), len(logs) - 1.0
+
+
 def _pct(log_change: float) -> float:
     return math.expm1(log_change)
 
@@ -260,11 +284,12 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
     """The verdict on ``suspect`` from its relaunches' ``values`` and, paired launch by
     launch, its reference's (``ref_values``; None without a reference):
 
-    confirmed     the interval of its worsening against the reference (else against its own
-                  nights) is above 0 and its mean at least ``min_change``
-    host          not so against the reference, but both sides are slower than their own
-                  nights: the host, not the variant
-    dismissed     the interval's worse end is under ``min_change``, or under what tonight's
+    confirmed     the interval of its move (worse; better for an improvement) against the
+                  reference (else against its own nights) is above 0 and its mean at least
+                  ``min_change``
+    host          not so against the reference, but both sides moved that way against
+                  their own nights: the host, not the variant
+    dismissed     the interval's far end is under ``min_change``, or under what tonight's
                   night showed: that night does not reproduce (one launch's excursion)
     inconclusive  otherwise (more relaunches would tell)
     """
@@ -275,7 +300,8 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
     level_d = [sign * math.log(v / suspect.level) for v in values if v and v > 0]
     level_mean = float(np.mean(level_d)) if level_d else None
     pairs: list[float] = []
-    extra_se, ref_level_d, against = 0.0, [], "against its own nights (no reference: {why})"
+    extra_se, extra_df, ref_level_d = 0.0, math.inf, []
+    against = "against its own nights (no reference: {why})"
     sid = reference_series_id(series, suspect, reference) if reference else None
     if reference and ref_values is not None and sid is not None:
         ref_hist = _history(series, sid)
@@ -284,8 +310,7 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
         if len(both) >= 3:
             logs = np.log(both.iloc[:, 0].to_numpy() / both.iloc[:, 1].to_numpy())
             q0 = float(np.median(logs))
-            extra_se = 1.2533 * noise_sigma(logs) / math.sqrt(len(logs)) if len(logs) >= 4 \
-                else float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
+            extra_se, extra_df = _median_error(logs)
             pairs = [sign * (math.log(v / r) - q0) for v, r in zip(values, ref_values,
                                                                    strict=True)
                      if v and r and v > 0 and r > 0]
@@ -296,6 +321,7 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
     if not pairs:  # no reference, or no history of its ratio: the suspect's own nights
         pairs = level_d
         extra_se = 1.2533 * suspect.noise / suspect.level / math.sqrt(max(len(base), 1))
+        extra_df = robust_sigma_df(len(base))
         if "{why}" in against:
             against = against.format(why=reference and "its ratio has no history"
                                      or "none usable")
@@ -304,7 +330,7 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
                          f"relaunches measured {label}", pairs=len(pairs),
                          level_change=_pct(sign * level_mean) if level_mean is not None
                          else None)
-    mean, lo, hi = t_interval(pairs, extra_se)
+    mean, lo, hi = t_interval(pairs, extra_se, extra_df)
     each = f"{launches} relaunches each side" if ref_level_d else f"{launches} relaunches"
 
     def shown(d: float) -> str:
@@ -324,11 +350,12 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
         _, level_lo, _ = t_interval(level_d)
         _, ref_lo, _ = t_interval(ref_level_d)
         if level_lo > 0 and ref_lo > 0:
-            return Judgement("host", f"the host: {told}; both sides slower than their "
+            way = "faster" if suspect.better else "slower"
+            return Judgement("host", f"the host: {told}; both sides {way} than their "
                              f"nights ({label} {shown(level_mean)}% and "
                              f"{shown(ref_mean)}%)", **result)
-    if hi < floor or hi < suspect.worse:
-        night = f"{100 * _pct(sign * suspect.worse):+.0f}%"
+    if hi < floor or hi < suspect.moved:
+        night = f"{100 * _pct(sign * suspect.moved):+.0f}%"
         return Judgement("dismissed", f"not confirmed: {told}; the night's {night} did not "
                          "reproduce (one launch's excursion)", **result)
     return Judgement("inconclusive", f"inconclusive: {told}", **result)

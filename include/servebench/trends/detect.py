@@ -92,6 +92,13 @@ def robust_sigma(x: np.ndarray) -> float:
     return 1.4826 * _mad(np.asarray(x, dtype=float))
 
 
+def robust_sigma_df(n: int) -> float:
+    """The degrees of freedom ``robust_sigma`` of ``n`` normal values is worth, as a sample
+    standard deviation's would be: its variance is 1.36 sigma^2 / n against the sample
+    deviation's 0.5 sigma^2 / (n - 1), so about 0.37 n (at least 1)."""
+    return max(1.0, n * 0.5 / 1.3605)
+
+
 def noise_sigma(x: np.ndarray) -> float:
     """Robust per-night sigma of a series (see the module doc); 0 for fewer than 4 nights."""
     if len(x) < 4:

@@ -7,6 +7,7 @@ import datetime as dt
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 from servebench.trends.confirm import (
     Session,
     Suspect,
@@ -49,7 +50,7 @@ def test_a_night_beyond_its_noise_is_a_suspect_and_a_quiet_one_is_not():
     [found] = _suspects(series)
     assert (found.variant, found.metric, found.source) == ("slow", "tpot_ms_p50", "suspect")
     assert found.night == NIGHTS - 1 and found.level == pytest.approx(10, rel=0.05)
-    assert found.worse == pytest.approx(np.log(13 / found.level))
+    assert found.moved == pytest.approx(np.log(13 / found.level)) and not found.better
     # above its noise but under the sweep's floor: not worth a relaunch
     assert _suspects(series, min_change=0.5) == []
 
@@ -63,16 +64,24 @@ def test_every_regression_raised_tonight_is_a_suspect_first():
     assert [(s.metric, s.source) for s in found] == [("tpot_ms_p95", "alert"),
                                                      ("tpot_ms_p50", "suspect")]
     assert found[0].level == 20.0
-    # an improvement is not re-measured
-    assert [s.source for s in _suspects(series, [{**alert, "kind": "improvement"}])] == [
-        "suspect"]
+    # an improvement is re-measured too, asked whether it holds
+    better = {**alert, "series_id": "t/slow/w/c1/tpot_ms_p50#h", "kind": "improvement",
+              "before": 16.0}
+    [found] = _suspects(series, [better])
+    assert (found.source, found.better, found.sign) == ("alert", True, -1.0)
+    assert found.moved == pytest.approx(np.log(16 / 13))
+    # as is a host change, the way it moved
+    [found] = _suspects(series, [{**better, "kind": "host_change"}])
+    assert found.better and found.alert_kind == "host_change"
 
 
-def _suspect(value=13.0, level=10.0, metric="tpot_ms_p50", variant="slow") -> Suspect:
+def _suspect(value=13.0, level=10.0, metric="tpot_ms_p50", variant="slow",
+             better=False) -> Suspect:
     return Suspect(series_id=f"t/{variant}/w/c1/{metric}#h", target="t", stack="llama_cpp",
                    variant=variant, workload="w", load_point="c1", metric=metric,
-                   source="suspect", value=value, level=level, noise=0.2, start=0,
-                   night=NIGHTS - 1)
+                   source="alert" if better else "suspect", value=value, level=level,
+                   noise=0.2, start=0, night=NIGHTS - 1, better=better,
+                   alert_kind="improvement" if better else None)
 
 
 def _history():
@@ -130,6 +139,21 @@ def test_without_a_reference_the_suspect_is_held_to_its_own_nights():
     assert "against its own nights" in verdict.words and "3 relaunches," not in verdict.words
 
 
+def test_an_improvement_is_confirmed_the_way_it_moved_or_dismissed():
+    faster = _suspect(value=7.0, better=True)
+    verdict = _judge([7.6, 7.4, 7.5], [8.0, 8.1, 7.9], suspect=faster)
+    assert verdict.verdict == "confirmed", verdict.words
+    assert -0.3 < verdict.change < -0.2 and verdict.low < verdict.change < verdict.high < 0
+    assert verdict.words.startswith("confirmed: TPOT p50 -")
+    # the night's -30% with the relaunches where its nights were: one launch's excursion
+    verdict = _judge([10.1, 9.9, 10.2], [8.0, 8.1, 7.9], suspect=faster)
+    assert verdict.verdict == "dismissed", verdict.words
+    assert "the night's -30% did not reproduce" in verdict.words
+    # both sides faster alike: the host
+    verdict = _judge([7.5, 7.4, 7.6], [6.0, 6.1, 5.9], suspect=faster)
+    assert verdict.verdict == "host" and "both sides faster" in verdict.words, verdict.words
+
+
 def test_failed_relaunches_leave_it_inconclusive():
     verdict = _judge([12.5, None, None], [8.0, 8.0, None])
     assert verdict.verdict == "inconclusive" and verdict.pairs == 1
@@ -137,8 +161,15 @@ def test_failed_relaunches_leave_it_inconclusive():
 
 def test_the_interval_widens_with_the_references_own_error():
     mean, lo, hi = t_interval([0.1, 0.12, 0.11])
-    _, lo2, hi2 = t_interval([0.1, 0.12, 0.11], extra_se=0.05)
+    _, lo2, hi2 = t_interval([0.1, 0.12, 0.11], extra_se=0.05, extra_df=2)
     assert lo < mean < hi and lo2 < lo and hi2 > hi
+    # the reference point's error known from many nights takes the t of their degrees of
+    # freedom with the relaunches' (Welch-Satterthwaite), not the three relaunches' alone
+    _, lo3, hi3 = t_interval([0.1, 0.12, 0.11], extra_se=0.05, extra_df=30)
+    _, lo4, hi4 = t_interval([0.1, 0.12, 0.11], extra_se=0.05)
+    assert lo2 < lo3 < lo4 < lo and hi < hi4 < hi3 < hi2
+    se = np.sqrt(np.var([0.1, 0.12, 0.11], ddof=1) / 3 + 0.05 ** 2)
+    assert hi4 - 0.11 == pytest.approx(stats.norm.ppf(0.975) * se, rel=0.05)
     assert t_interval([0.1])[1] == -np.inf
 
 
@@ -166,8 +197,10 @@ def test_the_verdicts_decide_what_the_night_posts():
     alerts = [{"series_id": "a", "kind": "regression", "cause": "x"},
               {"series_id": "b", "kind": "regression", "cause": "x"},
               {"series_id": "c", "kind": "host_change", "cause": "y"},
-              {"series_id": "d", "kind": "newly_failing"}]
+              {"series_id": "d", "kind": "newly_failing"},
+              {"series_id": "g", "kind": "improvement", "cause": "nothing recorded changed"}]
     verdicts = [_verdict("a", "confirmed"), _verdict("b", "dismissed"), _verdict("c", "host"),
+                _verdict("g", "dismissed"),
                 _verdict("e", "confirmed", "suspect"), _verdict("f", "dismissed", "suspect")]
     out = {r["series_id"]: r for r in with_verdicts(
         alerts, verdicts, _runs(), {"e": (NIGHTS - 2, "launch args --parallel 4 -> 1")})}
@@ -175,6 +208,7 @@ def test_the_verdicts_decide_what_the_night_posts():
     assert out["b"]["kind"] == "unconfirmed"  # kept as data, never posted as a regression
     assert out["c"]["kind"] == "host_change" and out["c"]["cause"].startswith("the host")
     assert "confirmation" not in out["d"]
+    assert out["g"]["kind"] == "unconfirmed"  # an improvement that did not hold, alike
     # a quiet series' suspect the relaunches confirmed is a regression, dated to its
     # recorded change the night before (a suspect then, not yet confirmed)
     assert out["e"]["kind"] == "regression" and out["e"]["nights_since"] == 2
