@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The same morning's verdict (``trends.confirm.judge``) on simulated suspects whose truth is
 known: how often its interval holds the true change, and how often a suspect is confirmed,
-for a null (the night was one launch's excursion) and for true steps.
+for a null (the night was one launch's excursion, or a neighbour's job that left before the
+morning) and for true steps.
 
 Each trial: ``--nights`` baseline nights of a suspect variant and its reference, each night's
 host factor shared by both (``host_sd``) and each launch its own (``launch``, plus 3% from the
@@ -43,10 +44,11 @@ def _order(launches: int) -> list[str]:
 
 
 def trial(seed: int, step: float, *, nights: int, launches: int, launch: float,
-          host_sd: float, drift: float, tails: float = 0.0):
+          host_sd: float, drift: float, tails: float = 0.0, left: float | None = None):
     """One suspect's verdict: (judgement, the true log change). ``tails``: the share of
     launches that are a far excursion (three times ``launch``), the heavy tail a shared
-    host's stalls give."""
+    host's stalls give. ``left``: tonight's night that much worse (+1.0: twice), by what
+    left before the morning (a neighbour's job), in place of the drawn excursion."""
     rng = np.random.default_rng(seed)
 
     def noise(n: int) -> np.ndarray:
@@ -58,7 +60,9 @@ def trial(seed: int, step: float, *, nights: int, launches: int, launch: float,
     reference = 8.0 * np.exp(host + noise(nights + 1))
     truth = math.log1p(step)
     # tonight's night: the step and an excursion that made it a suspect
-    suspect[-1] = 10.0 * math.exp(truth + abs(rng.normal(0, launch)) + 0.1)
+    excursion = abs(rng.normal(0, launch)) + 0.1
+    suspect[-1] = 10.0 * math.exp(truth + (math.log1p(left) if left is not None
+                                           else excursion))
     series = _series(suspect, reference)
     level = float(np.median(suspect[:-1]))
     spread = 1.4826 * float(np.median(np.abs(suspect[:-1] - level)))
@@ -89,6 +93,8 @@ def summary(first: int, trials: int, **kw) -> dict[str, float]:
         out[f"covered {step:+.0%}"] = covered / trials
         for kind in ("confirmed", "dismissed"):
             out[f"{kind} {step:+.0%}"] = verdicts.count(kind) / trials
+    gone = [trial(seed, 0.0, left=1.0, **kw)[0].verdict for seed in range(first, first + trials)]
+    out["dismissed, a +100% night that left"] = gone.count("dismissed") / trials
     return out
 
 
@@ -106,7 +112,8 @@ def main() -> None:
     args = ap.parse_args()
     # the interval moves with the truth, so one step's coverage is every step's
     head = ["covered +0%", "confirmed +0%", "dismissed +0%",
-            *(f"confirmed {s:+.0%}" for s in STEPS[1:]), "dismissed +30%"]
+            *(f"confirmed {s:+.0%}" for s in STEPS[1:]), "dismissed +30%",
+            "dismissed, a +100% night that left"]
     print(f"{args.nights} baseline nights, {args.launches} relaunches each side, "
           f"{args.trials} trials a cell")
     print("| seeds | launch | host sd | drift | " + " | ".join(head) + " |")

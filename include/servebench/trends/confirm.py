@@ -33,6 +33,8 @@ from servebench.trends.detect import noise_sigma, robust_sigma_df
 SUSPECT_METRICS = tuple(m.column for m in shown_in("suspect"))
 ALERT_KINDS = ("regression", "improvement", "host_change")  # raised tonight: re-measured
 MIN_BASELINE = 5  # nights before a quiet series' night can make it a suspect
+# a night this many of its nights' sigmas beyond its relaunches' worst case does not reproduce
+DISMISS_SIGMAS = 2.0
 
 Verdict = Literal["confirmed", "host", "dismissed", "inconclusive", "over_budget",
                   "not_measured"]
@@ -289,9 +291,9 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
                   ``min_change``
     host          not so against the reference, but both sides moved that way against
                   their own nights: the host, not the variant
-    dismissed     the interval's far end is under ``min_change``, or under half what
-                  tonight's night showed: that night does not reproduce (one launch's
-                  excursion)
+    dismissed     the interval's far end is under ``min_change``, or under what tonight's
+                  night showed by more than ``DISMISS_SIGMAS`` of its nights' noise: that
+                  night does not reproduce (one launch's excursion)
     inconclusive  otherwise (more relaunches would tell)
     """
     sign, floor = suspect.sign, math.log1p(min_change)
@@ -355,10 +357,11 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
             return Judgement("host", f"the host: {told}; both sides {way} than their "
                              f"nights ({label} {shown(level_mean)}% and "
                              f"{shown(ref_mean)}%)", **result)
-    # under half the night's move, not under all of it: a night raised for being far off
-    # shows more than its true change, and a true +30% step was dismissed 9% of the time
-    # (benchmarks/confirm_coverage.py, docs/trends.md)
-    if hi < floor or hi < suspect.moved / 2:
+    # the night beyond the relaunches' worst case by more than its own nights' noise: a night
+    # raised for being far off shows more than its true change, and against the worst case
+    # alone a true +30% step was dismissed 9% of the time (benchmarks/confirm_coverage.py,
+    # docs/trends.md)
+    if hi < floor or suspect.moved - hi > DISMISS_SIGMAS * suspect.noise / suspect.level:
         night = f"{100 * _pct(sign * suspect.moved):+.0f}%"
         return Judgement("dismissed", f"not confirmed: {told}; the night's {night} did not "
                          "reproduce (one launch's excursion)", **result)
