@@ -1,12 +1,12 @@
 """Nightly benchmark of the serving stacks named in a sweep spec.
 
 plan -> quantize (each recipe's checkpoint, cached) -> provision (setup) -> bench each host's
-(target, variant) units -> publish Parquet -> detect (changes against the nights before) ->
-confirm (the suspects re-measured by interleaved relaunches on the hosts the run still holds)
--> teardown (always), and the digest after the confirm. Hosts run side by side, each its
-units one at a time; a paid instance is launched when its host's first unit is due and
-terminated when its last ends, or, where the sweep confirms, once its relaunches are done.
-The logic lives in ``servebench.pipeline``; this file wires it.
+(target, variant) units -> teardown (always)
+-> publish Parquet -> detect (changes against the nights before) -> confirm (the suspects
+re-measured by interleaved relaunches) -> digest. Hosts run side
+by side, each its units one at a time; a paid instance is launched when its host's first unit
+is due and terminated when its last ends. The logic lives
+in ``servebench.pipeline``; this file wires it.
 Trigger with ``{"sweep": "include/sweeps/<name>.yaml"}`` to run another sweep.
 """
 
@@ -90,11 +90,12 @@ def nightly_benchmark():
     def teardown_hosts(provisioned: dict | None, plan: dict | None, run_id=None) -> dict:
         from servebench.pipeline import teardown_run
 
-        return teardown_run(provisioned, run_id, plan)  # what it stopped, and how long it took
+        return teardown_run(provisioned, run_id, plan)  # with the phase times the runs row keeps
 
     # all_done: a unit that crashed becomes failed cells with a reason, never a missing row
     @task(trigger_rule="all_done")
-    def publish(plan: dict, run_id=None, dag_run=None, params=None, ti=None) -> dict:
+    def publish(plan: dict, torn_down: dict | None, run_id=None, dag_run=None,
+                params=None) -> dict:
         from airflow.sdk.exceptions import AirflowFailException
         from servebench.pipeline import aggregate_and_publish
         from servebench.trends.series import counts_as_night
@@ -104,11 +105,7 @@ def nightly_benchmark():
         logical = get_current_context().get("logical_date") or dag_run.run_after
         # an ad-hoc trigger is judged against the nights but never becomes one of them
         return aggregate_and_publish(plan, run_id, logical, dag_run.dag_id,
-                                     started_at=dag_run.start_date,
-                                     # pulled, not an argument: a setup's direct followers
-                                     # must need it to succeed, and this one runs after
-                                     # any bench task's end
-                                     provisioned=ti.xcom_pull(task_ids="provision"),
+                                     started_at=dag_run.start_date, torn_down=torn_down,
                                      nightly=counts_as_night(dag_run.run_type,
                                                              params["nightly"]))
 
@@ -118,15 +115,13 @@ def nightly_benchmark():
 
         return pipeline.detect(summary)
 
-    # the night's suspects relaunched beside a reference on the hosts the run still holds (an
-    # instance is kept after its units for this, released once its relaunches are done; the
-    # teardown follows): a change is confirmed or dismissed before the digest says it
+    # the night's suspects relaunched beside a reference on their hosts, acquired again (and
+    # torn down in every path): a change is confirmed or dismissed before the digest says it
     @task(execution_timeout=timedelta(hours=2))
-    def confirm(plan: dict, summary: dict, provisioned: dict | None, ti=None) -> dict:
+    def confirm(plan: dict, summary: dict, dag_run=None, ti=None) -> dict:
         from servebench import pipeline
 
-        return pipeline.confirm(plan, summary, provisioned=provisioned,
-                                try_number=ti.try_number)
+        return pipeline.confirm(plan, summary, dag_id=dag_run.dag_id, try_number=ti.try_number)
 
     # all_done: a confirmation that failed still leaves the night's digest, as detected
     @task(trigger_rule="all_done")
@@ -145,17 +140,14 @@ def nightly_benchmark():
     held = provision(planned)  # nothing is provisioned for a sweep that fails to plan
     quantize(planned) >> held  # no instance waits on a quantization
     benched = bench.partial(plan=planned, provisioned=held).expand(host=hosts(planned))
-    # priced by the instances' time so far (one held for the confirm: to now)
-    published = publish(planned)
+    torn_down = teardown_hosts(held, planned)  # the argument links the teardown to its setup
+    benched >> torn_down
+    # after the teardown: the instances' billed time is final, and the cells are priced by it
+    published = publish(planned, torn_down)
     benched >> published
     detected = detect(published)
-    confirmed = confirm(planned, detected, held)
-    # after the confirm, in every path; the argument links the teardown to its setup
-    torn_down = teardown_hosts(held, planned)
-    benched >> torn_down
-    confirmed >> torn_down
     # the digest leads with what tonight changed, as the relaunches confirmed it
-    confirmed >> digest(detected)
+    confirm(planned, detected) >> digest(detected)
 
 
 nightly_benchmark()

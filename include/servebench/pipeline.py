@@ -1,8 +1,7 @@
 """The steps of a nightly run, one function per DAG task; the DAG file only wires them.
 
-plan -> quantize -> provision (setup) -> bench each host's units -> publish -> detect ->
-confirm (the suspects relaunched on what the run still holds) -> teardown (always), and the
-digest after the confirm. Steps exchange small JSON (XCom: the plan as ``Plan.to_xcom``);
+plan -> quantize -> provision (setup) -> bench each host's units -> teardown (always)
+-> publish -> detect -> confirm -> digest. Steps exchange small JSON (XCom: the plan as ``Plan.to_xcom``);
 bulky rows go through the result store's scratch area so any worker can pick them up. The
 work of each step lives in its own module (``plan``, ``quantize``, ``bench.host``,
 ``publish``, ``trends.step``, ``bench.confirm``, ``notify.night``); this one holds the entry points and
@@ -27,6 +26,7 @@ from servebench.notify.notifier import Notifier, notifier_for
 from servebench.plan import Plan, Unit, make_plan
 from servebench.provision import get_provisioner, provision_kinds
 from servebench.publish import (
+    keep_paid_hosts,
     keep_unit_rows,
     publish_run,
     unit_failed_cells,
@@ -131,16 +131,19 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
     states = (provisioned or {}).get("kinds")
     if not states:
         states = {kind: None for kind in (plan.provision_kinds() if plan else provision_kinds())}
-    stopped, errors = [], []
+    stopped, errors, paid = [], [], []
     for kind, state in states.items():
         provisioner = get_provisioner(kind).attach(run_id, state, settings)
         try:
             stopped += provisioner.teardown()
+            paid += [{**host, "provision": kind} for host in provisioner.paid_hosts()]
         except (OSError, RuntimeError) as exc:  # the others must still tear theirs down
             log.exception("tearing down %s failed", kind)
             errors.append(f"{kind}: {exc}")
     if stopped:
         log.warning("teardown stopped what the run left: %s", stopped)
+    if paid and plan:  # the publish prices them (it runs after this task)
+        keep_paid_hosts(open_store(settings), plan, run_id, paid)
     if errors:
         raise RuntimeError("teardown could not stop everything: " + "; ".join(errors))
     return stopped
@@ -148,36 +151,25 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
 
 def teardown_run(provisioned: dict | None, run_id: str, plan: Plan | dict | None,
                  settings: Settings | None = None) -> dict:
-    """The DAG's teardown task: :func:`teardown`, timed (its log says how long); what was
-    stopped."""
+    """The DAG's teardown task: :func:`teardown`, timed; what the publish records of setup
+    and teardown (``acquire_s``, ``teardown_s``) and what was stopped."""
     t0 = time.monotonic()
     stopped = teardown(provisioned, run_id, settings, plan=plan)
-    log.info("teardown of %s took %.1f s", run_id, time.monotonic() - t0)
-    return {"stopped": stopped, "teardown_s": time.monotonic() - t0}
-
-
-def paid_hosts(provisioned: dict | None, run_id: str, plan: Plan,
-               settings: Settings) -> list[dict]:
-    """The machines the run paid for by the hour, each kind's (``Provisioner.paid_hosts``):
-    from their launch to their end, or to now for one still held for the confirm."""
-    states = (provisioned or {}).get("kinds") or {kind: None for kind in plan.provision_kinds()}
-    return [{**host, "provision": kind} for kind, state in states.items()
-            for host in get_provisioner(kind).attach(run_id, state, settings).paid_hosts()]
+    return {"stopped": stopped, "acquire_s": (provisioned or {}).get("acquire_s"),
+            "teardown_s": time.monotonic() - t0}
 
 
 def aggregate_and_publish(plan: Plan | dict, run_id: str, logical_date: dt.datetime | None,
                           dag_id: str, started_at: dt.datetime | None = None,
-                          settings: Settings | None = None, provisioned: dict | None = None,
+                          settings: Settings | None = None, torn_down: dict | None = None,
                           nightly: bool = True) -> dict:
-    """The publish task (``publish.publish_run``), after the units and before the confirm
-    and teardown: ``provisioned`` is the setup task's state (its time, and where the paid
-    machines are); ``nightly``: whether the run is a night of its series
+    """The publish task (``publish.publish_run``); ``torn_down`` is :func:`teardown_run`'s
+    answer (setup and teardown times); ``nightly``: whether the run is a night of its series
     (``trends.series.counts_as_night`` of the DAG run)."""
-    settings, plan = settings or get_settings(), Plan.from_xcom(plan)
-    return publish_run(open_store(settings), plan, run_id, dag_id=dag_id,
-                       logical_date=logical_date, started_at=started_at,
-                       acquire_s=(provisioned or {}).get("acquire_s"),
-                       hosts=paid_hosts(provisioned, run_id, plan, settings), nightly=nightly)
+    settings = settings or get_settings()
+    return publish_run(open_store(settings), Plan.from_xcom(plan), run_id, dag_id=dag_id,
+                       logical_date=logical_date, started_at=started_at, times=torn_down,
+                       nightly=nightly)
 
 
 def detect(summary: dict, settings: Settings | None = None) -> dict:
@@ -187,13 +179,12 @@ def detect(summary: dict, settings: Settings | None = None) -> dict:
 
 
 def confirm(plan: Plan | dict, summary: dict, settings: Settings | None = None, *,
-            provisioned: dict | None = None, try_number: int = 1) -> dict:
-    """The confirm task, before the teardown: the night's suspects re-measured the same
-    morning by interleaved relaunches on their hosts, what ``provisioned`` (the setup's
-    state) still holds (``bench.confirm.confirm_night``); the summary with its verdict
-    counts and its alert counts after them."""
+            dag_id: str = "", try_number: int = 1) -> dict:
+    """The confirm task: the night's suspects re-measured the same morning by interleaved
+    relaunches on their hosts (``bench.confirm.confirm_night``); the summary with its
+    verdict counts and its alert counts after them."""
     return confirm_night(Plan.from_xcom(plan), summary, settings or get_settings(),
-                         provisioned=provisioned, try_number=try_number)
+                         dag_id=dag_id, try_number=try_number)
 
 
 def write_report(run_id: str, settings: Settings | None = None) -> str:
@@ -221,9 +212,8 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
               on_cell: Callable[[dict], None] | None = None,
               on_units_done: Callable[[], None] | None = None) -> dict:
     """The nightly DAG's steps in this process, in its order: plan (``SpecError`` before
-    anything is provisioned), quantize (each recipe's checkpoint), provision, each host's
-    units (a crashed unit becomes failed cells with its error), publish, detect, confirm,
-    teardown in every path, digest. Its runs are a
+    anything is provisioned), quantize (each recipe's checkpoint), provision, each host's units (a crashed unit becomes failed
+    cells with its error), teardown in every path, publish, detect, confirm, digest. Its runs are a
     history of their own (dag_id ``servebench-cli``), so ad-hoc runs never enter the nightly
     trends. The hooks see the recipes and units go by (``on_recipe`` each recipe's first unit
     before its checkpoint is made or found, ``on_units`` gets the plan before the first,
@@ -245,9 +235,9 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
         finally:
             if on_units_done:
                 on_units_done()
-        summary = aggregate_and_publish(plan, run_id, now, CLI_DAG_ID, started_at=now,
-                                        provisioned=provisioned)
-        summary = confirm(plan, detect(summary), provisioned=provisioned)
     finally:
         torn_down = teardown_run(provisioned, run_id, plan)
+    summary = aggregate_and_publish(plan, run_id, now, CLI_DAG_ID, started_at=now,
+                                    torn_down=torn_down)
+    summary = confirm(plan, detect(summary), dag_id=CLI_DAG_ID)
     return {**summary, "stopped": torn_down["stopped"], "digest": send_digest(summary)}

@@ -25,6 +25,7 @@ from servebench.results.store import ResultStore, encode_run_id
 
 log = logging.getLogger(__name__)
 UNIT_TABLES = ("cells", "requests", "evals", "units")  # what a bench task leaves per unit
+TEARDOWN_SCRATCH = "_teardown"  # the teardown task's scratch rows (the hosts it paid for)
 NO_RESULTS = "the bench task left no results (it crashed, was killed or timed out)"
 
 
@@ -37,14 +38,19 @@ def keep_unit_rows(store: ResultStore, plan: Plan, unit: Unit, run_id: str,
         store.write_scratch(run_id, unit.unit_id, name, rows_to_table(name, rows))
 
 
+def keep_paid_hosts(store: ResultStore, plan: Plan, run_id: str, hosts: list[dict]) -> None:
+    """The teardown's record of the hosts the run paid for by the hour (priced at publish)."""
+    rows = [{"run_id": run_id, "run_date": plan.run_date, **host} for host in hosts]
+    store.write_scratch(run_id, TEARDOWN_SCRATCH, "hosts", rows_to_table("hosts", rows))
+
+
 def publish_run(store: ResultStore, plan: Plan, run_id: str, *, dag_id: str,
                 logical_date: dt.datetime | None = None,
-                started_at: dt.datetime | None = None, acquire_s: float | None = None,
-                hosts: list[dict] | None = None, nightly: bool = True) -> dict:
+                started_at: dt.datetime | None = None, times: dict | None = None,
+                nightly: bool = True) -> dict:
     """Collect every unit's rows, price, gate, check the contract and publish; the run's
-    counts. ``acquire_s``: the setup task's seconds; ``hosts``: the machines the run paid for
-    by the hour (``Provisioner.paid_hosts``; one still held for the confirm is priced to
-    now); ``nightly``: whether the run is a night of its series (``trends.series.counts_as_night``)."""
+    counts. ``times``: the setup and teardown seconds (``acquire_s``, ``teardown_s``);
+    ``nightly``: whether the run is a night of its series (``trends.series.counts_as_night``)."""
     spec = plan.spec
     scratch = store.read_scratch(run_id)
     tables: dict[str, list[pa.Table]] = {name: [] for name in UNIT_TABLES}
@@ -61,10 +67,10 @@ def publish_run(store: ResultStore, plan: Plan, run_id: str, *, dag_id: str,
     evals = combined["evals"].to_pylist()
     gates, cross = gate_columns(spec, evals), cross_stack_columns(spec, evals)
     now = dt.datetime.now(dt.UTC)
+    hosts = scratch.get(TEARDOWN_SCRATCH, {}).get("hosts")
     units = combined["units"].to_pylist()
-    bill = paid([{"run_id": run_id, "run_date": plan.run_date, **h} for h in hosts or []],
-                units, {t.name: t.price_per_hour(spec.price_per_hour) for t in spec.targets},
-                now)
+    bill = paid(hosts.to_pylist() if hosts is not None else [], units,
+                {t.name: t.price_per_hour(spec.price_per_hour) for t in spec.targets}, now)
     combined["hosts"] = rows_to_table("hosts", bill.hosts)
     cells = [{**row, **gates.get((row["target"], row["variant"]), {}),
               **cross.get((row["target"], row["variant"]), {})}
@@ -85,7 +91,8 @@ def publish_run(store: ResultStore, plan: Plan, run_id: str, *, dag_id: str,
         "n_cells": len(statuses), "n_ok": statuses.count("ok"),
         "n_invalid": statuses.count("invalid"), "n_failed": statuses.count("failed"),
         "spec_json": spec.model_dump_json(),
-        "acquire_s": acquire_s,
+        "acquire_s": (times or {}).get("acquire_s"),
+        "teardown_s": (times or {}).get("teardown_s"),
         **{phase: sum(u.get(phase) or 0.0 for u in units)
            for phase in ("load_s", "warmup_s", "golden_s", "stop_s")},
         "paid_s": sum(bill.paid_s.values()), "measure_s": sum(bill.measure_s.values()),

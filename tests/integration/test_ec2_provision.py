@@ -116,7 +116,7 @@ def _nothing_left_running(aws):
 
 
 def _sweep(aws, local_sweep, name: str, variants=("f16", "q8_0"), num_requests: int = 8,
-           trends: dict | None = None, **provision) -> str:
+           **provision) -> str:
     _, _, subnet, ami, _, tmp = aws
     local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
     llama = next(t for t in local["targets"] if t["stack"] == "llama_cpp")
@@ -128,8 +128,6 @@ def _sweep(aws, local_sweep, name: str, variants=("f16", "q8_0"), num_requests: 
                       "health_timeout_s": 60, **provision},
         "variants": [v for v in llama["variants"] if v["name"] in variants],
     }], input_tokens=32, output_tokens=8, num_requests=num_requests, concurrency=2, name=name)
-    if trends is not None:
-        data["trends"] = trends
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
@@ -203,9 +201,7 @@ def test_the_run_is_priced_by_the_instance_it_paid_for(aws, nightly_on_ec2):
     dag_run, [instance] = nightly_on_ec2
     [host] = store.read_table("hosts", run_ids=[dag_run.run_id]).to_pylist()
     assert host["host"] == instance["InstanceId"] and host["instance_type"] == "g6.xlarge"
-    # held for the same morning's relaunches at publish: priced to then, its minutes after
-    # are the confirmation's
-    assert host["ended_at"] is None and host["billed_s"] >= 60.0  # EC2's minimum
+    assert host["ended_at"] is not None and host["billed_s"] >= 60.0  # EC2's minimum
     assert host["cost_usd"] == pytest.approx(0.805 * host["billed_s"] / 3600)
     units = store.read_table("units", run_ids=[dag_run.run_id]).to_pandas()
     assert sorted(units["variant"]) == ["f16", "q8_0"]
@@ -215,7 +211,7 @@ def test_the_run_is_priced_by_the_instance_it_paid_for(aws, nightly_on_ec2):
     [run] = store.read_table("runs", run_ids=[dag_run.run_id]).to_pylist()
     assert run["paid_s"] == host["billed_s"] and run["paid_usd"] == host["cost_usd"]
     assert run["measure_s"] == pytest.approx(units["measure_s"].sum())
-    assert 0 < run["sweep_efficiency"] < 1 and run["acquire_s"] > 0
+    assert 0 < run["sweep_efficiency"] < 1 and run["acquire_s"] > 0 and run["teardown_s"] > 0
     assert run["hardware"] == "aws g6.xlarge"  # the instance's, not the worker's
     for phase in ("load_s", "warmup_s", "golden_s", "stop_s"):  # the units' phases, summed
         assert run[phase] == pytest.approx(units[phase].sum()), phase
@@ -367,12 +363,12 @@ def test_a_quantized_vllm_checkpoint_serves_through_the_gpu_command_line_on_an_i
 
 
 def test_each_instance_is_paid_from_its_first_unit_to_its_last(aws, local_sweep):
-    """Two ec2 targets, two hosts, a sweep that does not confirm: each bench task launches its
-    target's instance when its unit is due and terminates it when the unit is done -- none
-    is held from setup to teardown while another target's units run."""
+    """Two ec2 targets, two hosts: each bench task launches its target's instance when its
+    unit is due and terminates it when the unit is done -- none is held from setup to
+    teardown while another target's units run."""
     ec2 = aws[0]
-    one = yaml.safe_load(Path(_sweep(aws, local_sweep, "two-hosts", variants=("f16",),
-                                     trends={"confirm": None})).read_text())
+    one = yaml.safe_load(Path(_sweep(aws, local_sweep, "two-hosts", variants=("f16",)))
+                         .read_text())
     one["targets"].append({**one["targets"][0], "name": "adder-gpu-2"})
     dag_run = _nightly()["nightly_benchmark"].test(
         run_conf={"sweep": _write(aws, "two-hosts", one)})
@@ -396,47 +392,6 @@ def test_each_instance_is_paid_from_its_first_unit_to_its_last(aws, local_sweep)
     assert_measured(cells)
     hosts = store.read_table("hosts", run_ids=[dag_run.run_id]).to_pylist()
     assert sorted(h["target"] for h in hosts) == ["adder-gpu", "adder-gpu-2"]
-
-
-def test_a_suspect_is_relaunched_on_the_instance_its_units_held(aws, local_sweep):
-    """The same morning's relaunches on ec2: the sweep confirms, so the bench task keeps its
-    instance after its units; the confirm's relaunches of a suspect and its reference run
-    ABBA on that instance, found by tag, and release it once done -- nothing new launched,
-    and the teardown after finds nothing left."""
-    from servebench import pipeline
-    from servebench.bench.confirm import remeasure
-    from servebench.plan import Plan
-    from servebench.trends.confirm import Session, Suspect
-
-    ec2, hosts, *_ = aws
-    run_id = "held-for-confirm"
-    plan = Plan.from_xcom(pipeline.plan_run(_sweep(aws, local_sweep, "held")))
-    provisioned = pipeline.provision(plan, run_id)
-    try:
-        [host] = plan.hosts()
-        pipeline.bench_host(plan, host, provisioned, run_id)
-        [iid] = _live(ec2, run_id=run_id)  # kept past its units
-        [workload] = plan.spec.workloads
-        [point] = plan.spec.load.points_for(workload)
-        suspect = Suspect(series_id="s", target="adder-gpu", stack="llama_cpp",
-                          variant="q8_0", workload=workload.name, load_point=point.label,
-                          metric="tpot_ms_p50", source="suspect", value=2.0, level=1.0,
-                          noise=0.1, start=0, night=0)
-        session = Session("adder-gpu", "q8_0", "f16", suspects=[suspect])
-        [cell] = session.cells
-        done = remeasure(plan, [session], run_id, get_settings(), launches=2,
-                         provisioned=provisioned)[("adder-gpu", "q8_0")]
-        assert done.failure is None
-        for side in (done.suspect, done.reference):  # each relaunch measured its cell
-            assert len(side[cell]) == 2 and all(row and row["tpot_ms_p50"] > 0
-                                                 for row in side[cell]), side
-        # released once its relaunches were done; the run's only instance
-        assert _live(ec2, run_id=run_id) == []
-        assert [i["InstanceId"] for i in _instances(ec2, run_id=run_id)] == [iid]
-        log = (hosts.workdir / iid / "servebench-server.log").read_text()
-        assert log.count("llama_server: listening on") == 2 + 4  # the units', the relaunches'
-    finally:
-        assert pipeline.teardown(provisioned, run_id, plan=plan) == []
 
 
 def _tags_of(instance: dict) -> dict[str, str]:
@@ -561,7 +516,7 @@ def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch
     dag = _nightly()["nightly_benchmark"]
     dag.task_dict["bench"].retries = 0  # one failure is the case; a retry would only wait
     dag_run = dag.test(run_conf={"sweep": _sweep(aws, local_sweep, "bench-fails",
-                                                 variants=("f16",), trends={"confirm": None})})
+                                                 variants=("f16",))})
     states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
     assert states["bench"] == "failed" and states["teardown_hosts"] == "success", states
     [instance] = _instances(ec2, run_id=dag_run.run_id)

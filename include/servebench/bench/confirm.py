@@ -58,11 +58,10 @@ class Relaunched:
     canary: dict[str, list[dict]] = field(default_factory=dict)
 
 
-def confirm_night(plan: Plan, summary: dict, settings: Settings, *,
-                  provisioned: dict | None = None, try_number: int = 1) -> dict:
+def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str = "",
+                  try_number: int = 1) -> dict:
     """The confirm task: tonight's suspects found, the ones within ``trends.confirm``'s budget
-    re-measured on what the run still holds (``provisioned``: the setup task's state), the
-    verdicts attached (``confirmations``; ``changes`` rewritten by
+    re-measured, the verdicts attached (``confirmations``; ``changes`` rewritten by
     ``trends.confirm.with_verdicts``). The summary with its verdict and alert counts."""
     conf = plan.spec.trends.confirm
     run_id = summary["run_id"]
@@ -90,8 +89,8 @@ def confirm_night(plan: Plan, summary: dict, settings: Settings, *,
     log.info("confirm %s: %d suspects in %d variants; %d re-measured (~%.0f s of %.0f s), "
              "%d over the budget", run_id, len(suspects), len(sessions), len(kept),
              sum(s.estimate_s for s in kept), conf.budget_s, len(over))
-    measured = remeasure(plan, kept, run_id, settings, launches=conf.launches,
-                         provisioned=provisioned, try_number=try_number)
+    measured = remeasure(plan, kept, run_id, settings, launches=conf.launches, dag_id=dag_id,
+                         try_number=try_number)
     rows = []
     for session in sessions:
         done = measured.get((session.target, session.variant))
@@ -158,40 +157,29 @@ def _values(rows: dict[Cell, list[dict | None]], cell: Cell, metric: str) -> lis
 
 
 def remeasure(plan: Plan, sessions: list[Session], run_id: str, settings: Settings, *,
-              launches: int, provisioned: dict | None = None, try_number: int = 1
+              launches: int, dag_id: str = "", try_number: int = 1
               ) -> dict[tuple[str, str], Relaunched]:
-    """Each session's relaunches, by (target, variant), on what the run still holds for its
-    kind (``confirm_session``, before the teardown: a machine paid by the host is the one
-    its units ran on, held for this and released once done). Every held machine without a
-    session is released first: nothing waits on it."""
+    """Each session's relaunches, by (target, variant), on its kind's provisioner acquired
+    again for the run (``confirm_session``: torn down in every path). A kind that pays by the
+    machine released it after its units: its sessions say so, nothing relaunched."""
     out: dict[tuple[str, str], Relaunched] = {}
-    states = (provisioned or {}).get("kinds", {})
-    by_kind: dict[str, dict[str, list[Session]]] = {}  # kind -> target -> its sessions
-    for target in plan.spec.targets:
-        by_kind.setdefault(target.provision_kind, {})[target.name] = [
-            s for s in sessions if s.target == target.name]
-    for kind, targets in by_kind.items():  # first, as nothing waits on them
-        idle = [plan.spec.target(name) for name, mine in targets.items() if not mine]
-        if get_provisioner(kind).per_host and idle:
-            with confirm_session(get_provisioner(kind), run_id, states.get(kind), idle,
-                                 settings):
-                log.info("confirm: nothing to re-measure on %s", [t.name for t in idle])
-    for kind, targets in by_kind.items():
-        busy = [plan.spec.target(name) for name, mine in targets.items() if mine]
-        if not busy:
-            continue
+    by_kind: dict[str, list[Session]] = {}
+    for session in sessions:
+        by_kind.setdefault(plan.spec.target(session.target).provision_kind, []).append(session)
+    for kind, group in by_kind.items():
         cls = get_provisioner(kind)
-        # a machine paid by the host is released as soon as its own relaunches are done
-        for group in ([t] for t in busy) if cls.per_host else [busy]:
-            with confirm_session(cls, run_id, states.get(kind), group,
-                                 settings) as provisioner:
-                for target in group:
-                    problem = provisioner.host_problem(target)
-                    for session in targets[target.name]:
-                        out[(session.target, session.variant)] = \
-                            Relaunched(failure=problem) if problem else relaunch(
-                                plan, session, provisioner, run_id, settings,
-                                launches=launches, try_number=try_number)
+        if cls.per_host:
+            for session in group:
+                out[(session.target, session.variant)] = Relaunched(failure=(
+                    f"{kind} hosts are released when their units end; relaunching would pay "
+                    "for a new one"))
+            continue
+        targets = [plan.spec.target(n) for n in dict.fromkeys(s.target for s in group)]
+        with confirm_session(cls, run_id, targets, settings, dag_id=dag_id) as provisioner:
+            for session in group:
+                out[(session.target, session.variant)] = relaunch(
+                    plan, session, provisioner, run_id, settings, launches=launches,
+                    try_number=try_number)
     return out
 
 

@@ -8,8 +8,7 @@ each target), through this interface only:
   once per run, except for a kind that pays by the machine (``per_host``): there the setup
   task records only ``where(targets)``, and each host's bench task acquires its own host when
   its first unit is due and releases it (``release``) when its last has ended
-  (``host_session``), or holds it for the same morning's relaunches where the sweep confirms
-  its suspects (``held``; released when they are done, ``confirm_session``);
+  (``host_session``);
 - ``host_key(target)`` -- the machine a target's units run on: units of one host run one at a
   time (they would measure each other), units of different hosts run side by side;
 - ``attach(run_id, state)`` -- in a bench or teardown task (other processes, maybe other
@@ -23,12 +22,9 @@ each target), through this interface only:
 - ``memory(endpoint)``, ``server_log(endpoint)`` -- before ``stop``: the serving processes'
   peak memory since launch (``servebench.memory``), and the server's log, where the engine
   reports its weights and KV cache;
-- ``held(run_id, state, targets)`` -- in the confirm task, after the units and before the
-  teardown: the provisioner on what the run still holds for ``targets``;
-- ``paid_hosts()`` -- at publish: what the run paid for by the machine, from when (to when,
-  once ended);
-- ``teardown()`` -- the teardown task, after the confirm, which runs even when bench tasks
-  fail: everything the run still holds is stopped or terminated, and named;
+- ``teardown()`` -- the teardown task, which runs even when bench tasks fail: everything the
+  run still holds is stopped or terminated, and named; then ``paid_hosts()``, what the run
+  paid for and from when to when;
 - ``reap_orphans(settings, run_is_live, now)`` -- the hourly janitor: whatever this kind
   launched that is past its expiry or whose DAG run no longer runs is ended.
 
@@ -116,18 +112,6 @@ class Provisioner(ABC):
     @abstractmethod
     def attach(cls, run_id: str, state: dict | None, settings: Settings) -> Provisioner:
         """The provisioner of run ``run_id`` from ``acquire``'s state (None: setup failed)."""
-
-    @classmethod
-    def held(cls, run_id: str, state: dict | None, targets: list[TargetSpec],
-             settings: Settings) -> Provisioner:
-        """The provisioner on what run ``run_id`` still holds for ``targets`` once their
-        units have ended (the confirm task's, before the teardown): the setup's ``state``;
-        a ``per_host`` kind finds the machines its bench tasks held."""
-        return cls.attach(run_id, state, settings)
-
-    def host_problem(self, target: TargetSpec) -> str | None:
-        """Why ``target`` has no host to launch on (None: it has one)."""
-        return None
 
     @classmethod
     def check(cls, target: TargetSpec, variant: VariantSpec, adapter: StackAdapter,
@@ -233,12 +217,10 @@ class Provisioner(ABC):
 @contextmanager
 def host_session(cls: type[Provisioner], run_id: str, state: dict | None,
                  targets: list[TargetSpec], settings: Settings, *,
-                 dag_id: str = "", hold: bool = False) -> Iterator[Provisioner]:
+                 dag_id: str = "") -> Iterator[Provisioner]:
     """The provisioner a host's units run on, for as long as they run: for a ``per_host``
     kind its machine is acquired on entry and released on exit, whatever happened in
-    between (a release that fails is logged; the teardown ends it and says so); with
-    ``hold``, kept for the same morning's relaunches (``confirm_session`` releases it, the
-    teardown after the confirm ends it in every path)."""
+    between (a release that fails is logged; the teardown ends it and says so)."""
     if not cls.per_host:
         yield cls.attach(run_id, state, settings)
         return
@@ -247,36 +229,29 @@ def host_session(cls: type[Provisioner], run_id: str, state: dict | None,
     try:
         yield provisioner
     finally:
-        if hold:
-            log.info("%s's host held for the same morning's relaunches",
-                     [t.name for t in targets])
+        try:
+            released = provisioner.release(targets)
+        except TeardownError:  # the teardown task terminates by tag and raises if it cannot
+            log.exception("releasing %s's host failed", [t.name for t in targets])
         else:
-            _release(provisioner, targets)
-
-
-def _release(provisioner: Provisioner, targets: list[TargetSpec]) -> None:
-    try:
-        released = provisioner.release(targets)
-    except TeardownError:  # the teardown task terminates by tag and raises if it cannot
-        log.exception("releasing %s's host failed", [t.name for t in targets])
-    else:
-        log.info("released %s's host: %s", [t.name for t in targets], released)
+            log.info("released %s's host: %s", [t.name for t in targets], released)
 
 
 @contextmanager
-def confirm_session(cls: type[Provisioner], run_id: str, state: dict | None,
-                    targets: list[TargetSpec], settings: Settings) -> Iterator[Provisioner]:
-    """The provisioner the same morning's relaunches run on (``bench.confirm``), before the
-    run's teardown: what run ``run_id`` still holds for ``targets`` (``Provisioner.held``:
-    the setup's state folder or namespace, a ``per_host`` kind's machines its bench tasks
-    held). A ``per_host`` kind's machines are released on exit, whatever happened in between
-    (nothing else waits on them); the rest is the teardown's."""
-    provisioner = cls.held(run_id, state, targets, settings)
+def confirm_session(cls: type[Provisioner], run_id: str, targets: list[TargetSpec],
+                    settings: Settings, *, dag_id: str = "") -> Iterator[Provisioner]:
+    """The provisioner the same morning's relaunches run on (``bench.confirm``), after the
+    run's teardown: what ``targets`` need acquired again for run ``run_id`` (a state folder,
+    a namespace: nothing paid by the machine, whose kinds are not re-measured) and torn down
+    on exit, whatever happened in between."""
+    provisioner = cls.attach(run_id, cls.acquire(run_id, targets, settings, dag_id=dag_id),
+                             settings)
     try:
         yield provisioner
     finally:
-        if cls.per_host:
-            _release(provisioner, targets)
+        stopped = provisioner.teardown()
+        if stopped:
+            log.warning("the confirmation's teardown stopped what it left: %s", stopped)
 
 
 def container_problems(adapter: StackAdapter, variant: VariantSpec, *, port: int,

@@ -101,6 +101,7 @@ RUNS = pa.schema(
         _f("warmup_s", _F64),
         _f("golden_s", _F64),
         _f("stop_s", _F64),
+        _f("teardown_s", _F64),  # the teardown task
         _f("paid_s", _F64),  # instance-seconds billed (per-unit server time where no instance)
         _f("measure_s", _F64),  # seconds inside measured windows, all cells
         _f("sweep_efficiency", _F64),  # measure_s / paid_s

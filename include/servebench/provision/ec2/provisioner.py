@@ -17,7 +17,7 @@ from servebench.hub import hub_cache_dir
 from servebench.memory import MemorySample
 from servebench.provision.ec2.aws import aws_clients, ec2_spec
 from servebench.provision.ec2.checks import account_problems, variant_problems
-from servebench.provision.ec2.launch import held_targets, launch_targets
+from servebench.provision.ec2.launch import launch_targets
 from servebench.provision.ec2.readiness import instance_ended, run_command, wait_healthy
 from servebench.provision.ec2.reaping import (
     extend_lease,
@@ -92,18 +92,6 @@ class Ec2Provisioner(Provisioner):
     @classmethod
     def attach(cls, run_id, state, settings) -> Ec2Provisioner:
         return cls(run_id, state or {}, settings)
-
-    @classmethod
-    def held(cls, run_id, state, targets, settings) -> Ec2Provisioner:
-        """The instances the bench tasks held for ``targets`` after their units, found by
-        tag (``launch.held_targets``: a target without one keeps why)."""
-        return cls(run_id, {**(state or {}), **held_targets(run_id, targets)}, settings)
-
-    def host_problem(self, target: TargetSpec) -> str | None:
-        facts = self.state.get(target.name)
-        if not facts or "address" not in facts:
-            return (facts or {}).get("error") or "no instance held for it"
-        return None
 
     @classmethod
     def check(cls, target: TargetSpec, variant: VariantSpec, adapter: StackAdapter,
