@@ -245,10 +245,11 @@ def t_interval(values: list[float], extra_se: float = 0.0, extra_df: float = mat
         return mean, -math.inf, math.inf
     own = float(np.var(values, ddof=1)) / len(values)
     se = math.sqrt(own + extra_se ** 2)
-    df = len(values) - 1
-    if extra_se > 0 and se > 0:
-        df = se ** 4 / (own ** 2 / df + (extra_se ** 4 / extra_df if extra_df < math.inf
-                                         else 0.0))
+    df: float = len(values) - 1
+    if extra_se > 0:
+        spread = own ** 2 / df + (extra_se ** 4 / extra_df if extra_df < math.inf else 0.0)
+        # both errors known exactly (relaunches alike, a reference point of infinite df)
+        df = se ** 4 / spread if spread > 0 else math.inf
     half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
     return mean, mean - half, mean + half
 

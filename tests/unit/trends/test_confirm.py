@@ -170,6 +170,9 @@ def test_the_interval_widens_with_the_references_own_error():
     assert lo2 < lo3 < lo4 < lo and hi < hi4 < hi3 < hi2
     se = np.sqrt(np.var([0.1, 0.12, 0.11], ddof=1) / 3 + 0.05 ** 2)
     assert hi4 - 0.11 == pytest.approx(stats.norm.ppf(0.975) * se, rel=0.05)
+    # relaunches that agree exactly beside an exactly known reference point: the normal's
+    *_, hi5 = t_interval([0.1, 0.1, 0.1], extra_se=0.05)
+    assert hi5 - 0.1 == pytest.approx(stats.norm.ppf(0.975) * 0.05)
     assert t_interval([0.1])[1] == -np.inf
 
 
