@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 from servebench.config.judging import TrendsSpec
 from servebench.trends.confirm import Suspect, judge
+from servebench.trends.detect import robust_sigma
 
 STEPS = (0.0, 0.15, 0.30, 1.0)  # the suspect's true change, relative
 METRIC = "tpot_ms_p50"
@@ -65,7 +66,7 @@ def trial(seed: int, step: float, *, nights: int, launches: int, launch: float,
                                            else excursion))
     series = _series(suspect, reference)
     level = float(np.median(suspect[:-1]))
-    spread = 1.4826 * float(np.median(np.abs(suspect[:-1] - level)))
+    spread = robust_sigma(suspect[:-1])
     found = Suspect(series_id=f"t/suspect/w/c1/{METRIC}#h", target="t", stack="llama_cpp",
                     variant="suspect", workload="w", load_point="c1", metric=METRIC,
                     source="suspect", value=float(suspect[-1]), level=level, noise=spread,

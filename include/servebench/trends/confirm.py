@@ -107,10 +107,10 @@ def find_suspects(series: pd.DataFrame, alerts: list[dict], starts: dict[str, in
             continue
         if level <= 0 or value <= 0:
             continue
-        better = alert is not None and (alert["kind"] == "improvement" or (
-            alert["kind"] == "host_change" and metric.worse_sign * (value - level) < 0))
         noise = noise_sigma(before) if len(before) >= 4 else 0.0
         worse = metric.worse_sign * (value - level)
+        better = alert is not None and (alert["kind"] == "improvement" or (
+            alert["kind"] == "host_change" and worse < 0))
         z = worse / max(noise, abs(level) * 1e-3)
         if alert is None and not (z > sigmas and worse > min_change * abs(level)):
             continue
