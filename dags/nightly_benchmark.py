@@ -3,10 +3,12 @@
 plan -> quantize (each recipe's checkpoint, cached) -> provision (setup) -> bench each host's
 (target, variant) units -> teardown (always)
 -> publish Parquet -> detect (changes against the nights before) -> confirm (the suspects
-re-measured by interleaved relaunches) -> digest. Hosts run side
-by side, each its units one at a time; a paid instance is launched when its host's first unit
-is due and terminated when its last ends. The logic lives
-in ``servebench.pipeline``; this file wires it.
+re-measured by interleaved relaunches) -> digest, and release (always, after the confirm).
+Hosts run side by side, each its units one at a time; a paid instance is launched when its
+host's first unit is due and terminated when its last ends, or, where the sweep confirms,
+held for the relaunches: the teardown spares it, the confirm relaunches on it and ends it,
+the release ends whatever the confirm left. The logic lives in ``servebench.pipeline``;
+this file wires it.
 Trigger with ``{"sweep": "include/sweeps/<name>.yaml"}`` to run another sweep.
 """
 
@@ -115,13 +117,23 @@ def nightly_benchmark():
 
         return pipeline.detect(summary)
 
-    # the night's suspects relaunched beside a reference on their hosts, acquired again (and
-    # torn down in every path): a change is confirmed or dismissed before the digest says it
+    # the night's suspects relaunched beside a reference on their hosts (an instance its units
+    # held; a local folder or namespace acquired again and torn down in every path): a change
+    # is confirmed or dismissed before the digest says it
     @task(execution_timeout=timedelta(hours=2))
     def confirm(plan: dict, summary: dict, dag_run=None, ti=None) -> dict:
         from servebench import pipeline
 
         return pipeline.confirm(plan, summary, dag_id=dag_run.dag_id, try_number=ti.try_number)
+
+    # all_done, not a teardown: whatever happened before, the instances held for the
+    # relaunches end here (the janitor ends them should this run be killed). The setup's
+    # state is pulled, not an argument: a follower of the setup would be skipped with it
+    @task(trigger_rule="all_done", execution_timeout=timedelta(minutes=30))
+    def release(plan: dict | None, run_id=None, ti=None) -> list:
+        from servebench.pipeline import release_held
+
+        return release_held(ti.xcom_pull(task_ids="provision"), run_id, plan)
 
     # all_done: a confirmation that failed still leaves the night's digest, as detected
     @task(trigger_rule="all_done")
@@ -147,7 +159,9 @@ def nightly_benchmark():
     benched >> published
     detected = detect(published)
     # the digest leads with what tonight changed, as the relaunches confirmed it
-    confirm(planned, detected) >> digest(detected)
+    confirmed = confirm(planned, detected)
+    confirmed >> digest(detected)
+    confirmed >> release(planned)
 
 
 nightly_benchmark()

@@ -121,11 +121,12 @@ def provision(plan: Plan | dict, run_id: str, settings: Settings | None = None,
 
 
 def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = None,
-             plan: Plan | dict | None = None) -> list:
-    """Every kind tears down what the run still holds. Works without the setup task's output
-    (it failed, or was cleared): each kind the plan uses (every kind, without a plan) then
-    finds the run's leftovers from the run id. A kind that fails is raised after the others
-    tore theirs down."""
+             plan: Plan | dict | None = None, *, spare_held: bool = False) -> list:
+    """Every kind tears down what the run still holds (with ``spare_held``, not the machines
+    held for the same morning's relaunches: :func:`release_held` ends those). Works without
+    the setup task's output (it failed, or was cleared): each kind the plan uses (every kind,
+    without a plan) then finds the run's leftovers from the run id. A kind that fails is
+    raised after the others tore theirs down."""
     settings = settings or get_settings()
     plan = Plan.from_xcom(plan) if plan is not None else None
     states = (provisioned or {}).get("kinds")
@@ -135,7 +136,7 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
     for kind, state in states.items():
         provisioner = get_provisioner(kind).attach(run_id, state, settings)
         try:
-            stopped += provisioner.teardown()
+            stopped += provisioner.teardown(spare_held=spare_held)
             paid += [{**host, "provision": kind} for host in provisioner.paid_hosts()]
         except (OSError, RuntimeError) as exc:  # the others must still tear theirs down
             log.exception("tearing down %s failed", kind)
@@ -152,11 +153,41 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
 def teardown_run(provisioned: dict | None, run_id: str, plan: Plan | dict | None,
                  settings: Settings | None = None) -> dict:
     """The DAG's teardown task: :func:`teardown`, timed; what the publish records of setup
-    and teardown (``acquire_s``, ``teardown_s``) and what was stopped."""
+    and teardown (``acquire_s``, ``teardown_s``) and what was stopped. A machine its bench
+    task held for the same morning's relaunches is spared (``Provisioner.hold``): it is
+    priced to now at publish, its minutes after are the confirmation's."""
     t0 = time.monotonic()
-    stopped = teardown(provisioned, run_id, settings, plan=plan)
+    plan = Plan.from_xcom(plan) if plan is not None else None
+    stopped = teardown(provisioned, run_id, settings, plan=plan,
+                       spare_held=plan is not None and plan.spec.trends.holds_hosts)
     return {"stopped": stopped, "acquire_s": (provisioned or {}).get("acquire_s"),
             "teardown_s": time.monotonic() - t0}
+
+
+def release_held(provisioned: dict | None, run_id: str, plan: Plan | dict | None,
+                 settings: Settings | None = None) -> list:
+    """The release task, after the confirm in every path: each kind paid by the machine
+    ends what the run still holds (the machines held for the relaunches that the confirm
+    did not release: it failed, was killed, or never ran). What it ended."""
+    settings = settings or get_settings()
+    plan = Plan.from_xcom(plan) if plan is not None else None
+    kinds = plan.provision_kinds() if plan else provision_kinds()
+    states = (provisioned or {}).get("kinds") or {}
+    stopped, errors = [], []
+    for kind in kinds:
+        cls = get_provisioner(kind)
+        if not cls.per_host:
+            continue
+        try:
+            stopped += cls.attach(run_id, states.get(kind), settings).teardown()
+        except (OSError, RuntimeError) as exc:  # the other kinds must still end theirs
+            log.exception("releasing %s's held hosts failed", kind)
+            errors.append(f"{kind}: {exc}")
+    if stopped:
+        log.warning("released what the confirm left held: %s", stopped)
+    if errors:
+        raise RuntimeError("the release could not end everything: " + "; ".join(errors))
+    return stopped
 
 
 def aggregate_and_publish(plan: Plan | dict, run_id: str, logical_date: dt.datetime | None,
@@ -237,7 +268,10 @@ def run_sweep(sweep: str | None = None, run_id: str | None = None, *,
                 on_units_done()
     finally:
         torn_down = teardown_run(provisioned, run_id, plan)
-    summary = aggregate_and_publish(plan, run_id, now, CLI_DAG_ID, started_at=now,
-                                    torn_down=torn_down)
-    summary = confirm(plan, detect(summary), dag_id=CLI_DAG_ID)
+    try:
+        summary = aggregate_and_publish(plan, run_id, now, CLI_DAG_ID, started_at=now,
+                                        torn_down=torn_down)
+        summary = confirm(plan, detect(summary), dag_id=CLI_DAG_ID)
+    finally:  # what was held for the relaunches, in every path
+        torn_down["stopped"] += release_held(provisioned, run_id, plan)
     return {**summary, "stopped": torn_down["stopped"], "digest": send_digest(summary)}

@@ -63,8 +63,12 @@ def test_nightly_shape(bag):
     assert tasks["confirm"].upstream_task_ids == {"plan", "detect"}
     assert tasks["digest"].upstream_task_ids == {"detect", "confirm"}
     assert tasks["digest"].trigger_rule == "all_done"
+    # the instances held for the relaunches end after the confirm in every path; outside the
+    # setup's scope (its failure must not skip the release), so not one of its followers
+    assert tasks["release"].upstream_task_ids == {"plan", "confirm"}
+    assert tasks["release"].trigger_rule == "all_done" and not tasks["release"].is_teardown
     # every task that holds an instance is time-limited: a hung call must not keep a GPU
-    for held in ("provision", "bench", "teardown_hosts", "confirm"):
+    for held in ("provision", "bench", "teardown_hosts", "confirm", "release"):
         assert tasks[held].execution_timeout is not None, held
 
 

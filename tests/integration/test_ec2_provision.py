@@ -116,7 +116,7 @@ def _nothing_left_running(aws):
 
 
 def _sweep(aws, local_sweep, name: str, variants=("f16", "q8_0"), num_requests: int = 8,
-           **provision) -> str:
+           trends: dict | None = None, **provision) -> str:
     _, _, subnet, ami, _, tmp = aws
     local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
     llama = next(t for t in local["targets"] if t["stack"] == "llama_cpp")
@@ -128,6 +128,8 @@ def _sweep(aws, local_sweep, name: str, variants=("f16", "q8_0"), num_requests: 
                       "health_timeout_s": 60, **provision},
         "variants": [v for v in llama["variants"] if v["name"] in variants],
     }], input_tokens=32, output_tokens=8, num_requests=num_requests, concurrency=2, name=name)
+    if trends is not None:
+        data["trends"] = trends
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
     return str(path)
@@ -172,12 +174,17 @@ def test_the_nightly_dag_runs_on_an_instance_and_terminates_it(aws, nightly_on_e
     env = aws[4]
     dag_run, instances = nightly_on_ec2
     assert dag_run.state == "success"
-    # one instance for the target's two variants, tagged for the janitor, gone at teardown
+    # one instance for the target's two variants, tagged for the janitor; the sweep confirms,
+    # so it was held past its units for the relaunches (the teardown spared it), and the
+    # release after the confirm ended it
     [instance] = instances
     tags = {t["Key"]: t["Value"] for t in instance["Tags"]}
     assert tags["dag_id"] == "nightly_benchmark" and tags["target"] == "adder-gpu"
     assert tags["expires_at"].endswith("Z") and tags["launch_token"]
+    assert tags["held_for"] == "confirm"
     assert instance["State"]["Name"] == "terminated"
+    states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
+    assert states["teardown_hosts"] == states["release"] == "success", states
     cells = ResultStore(env["SERVEBENCH_RESULTS_URI"]).read_table("cells").to_pandas()
     assert len(cells) == 2
     assert_measured(cells.to_dict("records"))  # (their validity is not this test's point)
@@ -201,7 +208,9 @@ def test_the_run_is_priced_by_the_instance_it_paid_for(aws, nightly_on_ec2):
     dag_run, [instance] = nightly_on_ec2
     [host] = store.read_table("hosts", run_ids=[dag_run.run_id]).to_pylist()
     assert host["host"] == instance["InstanceId"] and host["instance_type"] == "g6.xlarge"
-    assert host["ended_at"] is not None and host["billed_s"] >= 60.0  # EC2's minimum
+    # held for the same morning's relaunches at the teardown: priced to then, its minutes
+    # after are the confirmation's
+    assert host["ended_at"] is None and host["billed_s"] >= 60.0  # EC2's minimum
     assert host["cost_usd"] == pytest.approx(0.805 * host["billed_s"] / 3600)
     units = store.read_table("units", run_ids=[dag_run.run_id]).to_pandas()
     assert sorted(units["variant"]) == ["f16", "q8_0"]
@@ -363,12 +372,12 @@ def test_a_quantized_vllm_checkpoint_serves_through_the_gpu_command_line_on_an_i
 
 
 def test_each_instance_is_paid_from_its_first_unit_to_its_last(aws, local_sweep):
-    """Two ec2 targets, two hosts: each bench task launches its target's instance when its
-    unit is due and terminates it when the unit is done -- none is held from setup to
-    teardown while another target's units run."""
+    """Two ec2 targets, two hosts, a sweep that does not confirm: each bench task launches its
+    target's instance when its unit is due and terminates it when the unit is done -- none
+    is held from setup to teardown while another target's units run."""
     ec2 = aws[0]
-    one = yaml.safe_load(Path(_sweep(aws, local_sweep, "two-hosts", variants=("f16",)))
-                         .read_text())
+    one = yaml.safe_load(Path(_sweep(aws, local_sweep, "two-hosts", variants=("f16",),
+                                     trends={"confirm": None})).read_text())
     one["targets"].append({**one["targets"][0], "name": "adder-gpu-2"})
     dag_run = _nightly()["nightly_benchmark"].test(
         run_conf={"sweep": _write(aws, "two-hosts", one)})
@@ -392,6 +401,51 @@ def test_each_instance_is_paid_from_its_first_unit_to_its_last(aws, local_sweep)
     assert_measured(cells)
     hosts = store.read_table("hosts", run_ids=[dag_run.run_id]).to_pylist()
     assert sorted(h["target"] for h in hosts) == ["adder-gpu", "adder-gpu-2"]
+
+
+def test_a_suspect_is_relaunched_on_the_instance_its_units_held(aws, local_sweep):
+    """The same morning's relaunches on ec2: the sweep confirms, so the bench task keeps its
+    instance after its units and the teardown spares it; the confirm's relaunches of a
+    suspect and its reference run ABBA on that instance, found by tag, and release it once
+    done -- nothing new launched, nothing left for the release after."""
+    from servebench import pipeline
+    from servebench.bench.confirm import remeasure
+    from servebench.plan import Plan
+    from servebench.trends.confirm import Session, Suspect
+
+    ec2, hosts, *_ = aws
+    run_id = "held-for-confirm"
+    plan = Plan.from_xcom(pipeline.plan_run(_sweep(aws, local_sweep, "held")))
+    provisioned = pipeline.provision(plan, run_id)
+    try:
+        [host] = plan.hosts()
+        pipeline.bench_host(plan, host, provisioned, run_id)
+        assert pipeline.teardown_run(provisioned, run_id, plan)["stopped"] == []
+        [iid] = _live(ec2, run_id=run_id)  # kept past its units and the teardown
+        [workload] = plan.spec.workloads
+        [point] = plan.spec.load.points_for(workload)
+        suspect = Suspect(series_id="s", target="adder-gpu", stack="llama_cpp",
+                          variant="q8_0", workload=workload.name, load_point=point.label,
+                          metric="tpot_ms_p50", source="suspect", value=2.0, level=1.0,
+                          noise=0.1, start=0, night=0)
+        session = Session("adder-gpu", "q8_0", "f16", suspects=[suspect])
+        [cell] = session.cells
+        done = remeasure(plan, [session], run_id, get_settings(),
+                         launches=2)[("adder-gpu", "q8_0")]
+        assert done.failure is None
+        for side in (done.suspect, done.reference):  # each relaunch measured its cell
+            assert len(side[cell]) == 2 and all(row and row["tpot_ms_p50"] > 0
+                                                 for row in side[cell]), side
+        # released once its relaunches were done; the run's only instance
+        assert _live(ec2, run_id=run_id) == []
+        assert [i["InstanceId"] for i in _instances(ec2, run_id=run_id)] == [iid]
+        log = (hosts.workdir / iid / "servebench-server.log").read_text()
+        assert log.count("llama_server: listening on") == 2 + 4  # the units', the relaunches'
+        # a relaunch on a machine no longer held says so, launching nothing
+        [again] = remeasure(plan, [session], run_id, get_settings(), launches=2).values()
+        assert "no host held" in again.failure and len(_instances(ec2, run_id=run_id)) == 1
+    finally:
+        assert pipeline.release_held(provisioned, run_id, plan) == []
 
 
 def _tags_of(instance: dict) -> dict[str, str]:
@@ -516,7 +570,7 @@ def test_the_teardown_runs_when_a_bench_task_fails(aws, local_sweep, monkeypatch
     dag = _nightly()["nightly_benchmark"]
     dag.task_dict["bench"].retries = 0  # one failure is the case; a retry would only wait
     dag_run = dag.test(run_conf={"sweep": _sweep(aws, local_sweep, "bench-fails",
-                                                 variants=("f16",))})
+                                                 variants=("f16",), trends={"confirm": None})})
     states = {ti.task_id: ti.state for ti in dag_run.get_task_instances()}
     assert states["bench"] == "failed" and states["teardown_hosts"] == "success", states
     [instance] = _instances(ec2, run_id=dag_run.run_id)
@@ -842,9 +896,14 @@ KILLABLE = textwrap.dedent("""
             time.sleep(600)
         pipeline.bench_host(plan, plan["units"][0]["host"], held, run_id,
                             dag_id="nightly_benchmark", on_cell=hold)
+    elif stage == "held":  # its units done, the instance held; killed before the release
+        pipeline.bench_host(plan, plan["units"][0]["host"], held, run_id,
+                            dag_id="nightly_benchmark")
+        print("held for the relaunches", flush=True)
+        time.sleep(600)
     elif stage == "teardown":  # a host task killed, then the teardown hung and killed too
         ec2.Ec2Provisioner.acquire(run_id, targets, get_settings(), dag_id="nightly_benchmark")
-        ec2_provisioner.terminate_run = lambda *a: time.sleep(600)  # hangs in the terminate call
+        ec2_provisioner.terminate_run = lambda *a, **k: time.sleep(600)  # hangs in terminate
         print("tearing down", flush=True)
         pipeline.teardown(held, run_id, plan=plan)
 """)
@@ -873,7 +932,7 @@ def test_runs_killed_at_each_stage_leave_nothing_after_the_janitor(aws, local_sw
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     # what KILLABLE prints where it holds the run at each stage
     markers = {"after-launch": "provisioned", "measuring": "held measuring",
-               "teardown": "tearing down"}
+               "held": "held for the relaunches", "teardown": "tearing down"}
     for stage, marker in markers.items():
         run_id = f"killed-{stage}"
         with subprocess.Popen([sys.executable, "-c", KILLABLE, stage, sweep, run_id],
@@ -902,7 +961,7 @@ def test_runs_killed_at_each_stage_leave_nothing_after_the_janitor(aws, local_sw
     assert _live(ec2, run_id="cli-expired") == []
     assert len(_live(ec2, run_id="cli-current")) == 1  # still within its time
     reaped = {r["run_id"]: r for r in recently_reaped(open_store(get_settings()))}
-    assert {"killed-after-launch", "killed-measuring", "killed-teardown",
+    assert {"killed-after-launch", "killed-measuring", "killed-held", "killed-teardown",
             "cli-expired"} <= set(reaped)
     assert "cli-current" not in reaped
     assert "no longer running" in reaped["killed-measuring"]["reason"]

@@ -10,7 +10,7 @@ from servebench.config import parse_sweep
 from servebench.metrics import PREFIX_CACHE_TOLERANCE
 from servebench.provision import get_provisioner
 from servebench.provision.local import free_port
-from servebench.settings import get_settings
+from servebench.settings import PROJECT_ROOT, get_settings
 
 pytestmark = pytest.mark.integration
 
@@ -112,3 +112,57 @@ def test_a_retried_unit_meets_none_of_its_first_trys_prompts_in_the_cache(llama_
         assert "prefix_cache_reuse" not in (cell["reason"] or ""), cell["reason"]
         assert cell["prefix_cache_hit_rate"] <= \
             cell["prefix_cache_expected"] + PREFIX_CACHE_TOLERANCE
+
+
+def test_a_suspect_on_a_static_endpoint_is_re_measured_there_interleaved(llama_server,
+                                                                        local_sweep, tmp_path):
+    """The same morning's confirmation on a static target: nothing is launched, so each
+    "relaunch" re-measures the running servers' suspect cell, the suspect's server
+    interleaved ABBA with its reference's -- the host's minutes hit both sides alike -- and
+    both are left running."""
+    import httpx
+    import yaml
+    from servebench.bench.confirm import remeasure
+    from servebench.plan import make_plan
+    from servebench.provision.local import LocalProvisioner
+    from servebench.stacks import get_stack
+    from servebench.trends.confirm import Session, Suspect
+
+    settings = get_settings()
+    local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    llama = next(t for t in local["targets"] if t["stack"] == "llama_cpp")
+    owner = LocalProvisioner(tmp_path / "owner", settings)
+    [target] = parse_sweep(local_sweep([{**llama, "name": "owner"}], input_tokens=32,
+                                       output_tokens=8, num_requests=8, concurrency=2),
+                           "owner").targets
+    q8 = next(v for v in target.variants if v.name == "q8_0")
+    other = owner.launch("owner-q8", target, q8, get_stack("llama_cpp"))
+    try:
+        data = local_sweep([{
+            "name": "shared-box", "stack": "llama_cpp", "baseline": "a", "golden_sets": [],
+            "provision": {"kind": "static"},
+            "variants": [{"name": name, "model": server.served_model,
+                          "endpoint": {"base_url": server.base_url}}
+                         for name, server in (("a", llama_server), ("b", other))],
+        }], input_tokens=32, output_tokens=8, num_requests=8, concurrency=2)
+        path = tmp_path / "static-confirm.yaml"
+        path.write_text(yaml.safe_dump(data))
+        plan = make_plan(str(path))
+        [workload] = plan.spec.workloads
+        [point] = plan.spec.load.points_for(workload)
+        suspect = Suspect(series_id="s", target="shared-box", stack="llama_cpp", variant="b",
+                          workload=workload.name, load_point=point.label,
+                          metric="tpot_ms_p50", source="suspect", value=2.0, level=1.0,
+                          noise=0.1, start=0, night=0)
+        session = Session("shared-box", "b", "a", suspects=[suspect])
+        [cell] = session.cells
+        done = remeasure(plan, [session], "static-confirm", settings,
+                         launches=2)[("shared-box", "b")]
+        assert done.failure is None
+        for side in (done.suspect, done.reference):  # each re-measure valid, none cached
+            assert len(side[cell]) == 2 and all(row and row["tpot_ms_p50"] > 0
+                                                 for row in side[cell]), side
+        for server in (llama_server, other):  # still serving
+            assert httpx.get(server.base_url + "/health").status_code == 200
+    finally:
+        owner.stop(other)

@@ -159,27 +159,37 @@ def _values(rows: dict[Cell, list[dict | None]], cell: Cell, metric: str) -> lis
 def remeasure(plan: Plan, sessions: list[Session], run_id: str, settings: Settings, *,
               launches: int, dag_id: str = "", try_number: int = 1
               ) -> dict[tuple[str, str], Relaunched]:
-    """Each session's relaunches, by (target, variant), on its kind's provisioner acquired
-    again for the run (``confirm_session``: torn down in every path). A kind that pays by the
-    machine released it after its units: its sessions say so, nothing relaunched."""
+    """Each session's relaunches, by (target, variant), on what ``confirm_session`` gives
+    its kind: a kind that pays by the machine relaunches on the machine its units held
+    (first releasing the held machines with nothing to re-measure, then each other once its
+    own relaunches are done); any other kind on what it acquires again for the run (torn
+    down in every path)."""
     out: dict[tuple[str, str], Relaunched] = {}
-    by_kind: dict[str, list[Session]] = {}
-    for session in sessions:
-        by_kind.setdefault(plan.spec.target(session.target).provision_kind, []).append(session)
-    for kind, group in by_kind.items():
+    by_kind: dict[str, dict[str, list[Session]]] = {}  # kind -> target -> its sessions
+    for target in plan.spec.targets:
+        by_kind.setdefault(target.provision_kind, {})[target.name] = [
+            s for s in sessions if s.target == target.name]
+    for kind, targets in by_kind.items():  # first: nothing waits on these machines
+        idle = [plan.spec.target(name) for name, mine in targets.items() if not mine]
         cls = get_provisioner(kind)
-        if cls.per_host:
-            for session in group:
-                out[(session.target, session.variant)] = Relaunched(failure=(
-                    f"{kind} hosts are released when their units end; relaunching would pay "
-                    "for a new one"))
+        if cls.per_host and idle and plan.spec.trends.holds_hosts:
+            with confirm_session(cls, run_id, idle, settings, dag_id=dag_id):
+                log.info("confirm: nothing to re-measure on %s", [t.name for t in idle])
+    for kind, targets in by_kind.items():
+        busy = [plan.spec.target(name) for name, mine in targets.items() if mine]
+        if not busy:
             continue
-        targets = [plan.spec.target(n) for n in dict.fromkeys(s.target for s in group)]
-        with confirm_session(cls, run_id, targets, settings, dag_id=dag_id) as provisioner:
-            for session in group:
-                out[(session.target, session.variant)] = relaunch(
-                    plan, session, provisioner, run_id, settings, launches=launches,
-                    try_number=try_number)
+        cls = get_provisioner(kind)
+        # a machine paid by the host is released as soon as its own relaunches are done
+        for group in ([t] for t in busy) if cls.per_host else [busy]:
+            with confirm_session(cls, run_id, group, settings, dag_id=dag_id) as provisioner:
+                for target in group:
+                    problem = provisioner.host_problem(target)
+                    for session in targets[target.name]:
+                        out[(session.target, session.variant)] = \
+                            Relaunched(failure=problem) if problem else relaunch(
+                                plan, session, provisioner, run_id, settings,
+                                launches=launches, try_number=try_number)
     return out
 
 

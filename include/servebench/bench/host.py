@@ -28,10 +28,11 @@ def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: s
                on_cell: Callable[[dict], None] | None = None) -> dict:
     """The bench task: every unit of ``host`` in turn, on the host's provisioner (a
     ``per_host`` kind's machine acquired before the first and released after the last, in
-    every path). A unit that crashes keeps failed cells with its error and the next unit
-    runs; units a former try of the task kept are not run again, and the others draw prompts
-    of this try's own (``try_number``: the task's, from 1; ``workloads.prompt_key``), none a
-    server that outlived the former try has cached. ``on_unit``/``on_unit_done``/``on_cell``
+    every path, or held for the same morning's relaunches where the sweep confirms). A unit
+    that crashes keeps failed cells with its error and the next unit runs; units a former
+    try of the task kept are not run again, and the others draw prompts of this try's own
+    (``try_number``: the task's, from 1; ``workloads.prompt_key``), none a server that
+    outlived the former try has cached. ``on_unit``/``on_unit_done``/``on_cell``
     see the units and cells go by (the CLI's progress bars)."""
     settings, plan = settings or get_settings(), Plan.from_xcom(plan)
     store = open_store(settings)
@@ -47,7 +48,8 @@ def bench_host(plan: Plan | dict, host: str, provisioned: dict | None, run_id: s
     cls = get_provisioner(todo[0].provision)
     targets = [plan.spec.target(name) for name in dict.fromkeys(u.target for u in todo)]
     state = (provisioned or {}).get("kinds", {}).get(cls.kind)
-    with host_session(cls, run_id, state, targets, settings, dag_id=dag_id) as provisioner:
+    with host_session(cls, run_id, state, targets, settings, dag_id=dag_id,
+                      hold=plan.spec.trends.holds_hosts) as provisioner:
         for unit in todo:
             if on_unit:
                 on_unit(unit)

@@ -73,8 +73,14 @@ class TrendsSpec(_Strict):
     confirm: ConfirmSpec | None = Field(
         default_factory=ConfirmSpec,
         description="re-measure the night's suspects the same morning by interleaved "
-                    "relaunches (null: off); hosts released after their units (ec2) are "
-                    "listed as not re-measured")
+                    "relaunches (null: off); a host paid by the machine (ec2) is held after "
+                    "its units until its relaunches are done")
+
+    @property
+    def holds_hosts(self) -> bool:
+        """Whether a host paid by the machine is kept after its units for the same
+        morning's relaunches (``provision.interface.host_session``)."""
+        return self.confirm is not None and self.confirm.budget_s > 0
 
 
 class CrossStackGroup(_Strict):

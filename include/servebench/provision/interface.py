@@ -8,7 +8,9 @@ each target), through this interface only:
   once per run, except for a kind that pays by the machine (``per_host``): there the setup
   task records only ``where(targets)``, and each host's bench task acquires its own host when
   its first unit is due and releases it (``release``) when its last has ended
-  (``host_session``);
+  (``host_session``), or holds it (``hold``) where the sweep confirms its suspects: the
+  teardown spares it, the confirm relaunches on it (``held``) and releases it, and the
+  release task after the confirm ends whatever is left (``confirm_session``);
 - ``host_key(target)`` -- the machine a target's units run on: units of one host run one at a
   time (they would measure each other), units of different hosts run side by side;
 - ``attach(run_id, state)`` -- in a bench or teardown task (other processes, maybe other
@@ -98,6 +100,26 @@ class Provisioner(ABC):
         """A ``per_host`` kind: end the machine ``targets`` ran on, their last unit done (in
         every path); what was ended. The teardown ends whatever this leaves."""
         return []
+
+    def hold(self, targets: list[TargetSpec]) -> list[str]:
+        """A ``per_host`` kind: keep the machine ``targets`` ran on past their last unit, for
+        the same morning's relaunches, marked so that ``teardown(spare_held=True)`` leaves
+        it; what is held. A kind that cannot hold releases (the default)."""
+        self.release(targets)
+        return []
+
+    @classmethod
+    def held(cls, run_id: str, state: dict | None, targets: list[TargetSpec],
+             settings: Settings) -> Provisioner:
+        """The provisioner on what run ``run_id`` still holds for ``targets`` once their
+        units have ended (the confirm's): a ``per_host`` kind finds the machines its bench
+        tasks held; any other kind attaches to ``state``."""
+        return cls.attach(run_id, state, settings)
+
+    def host_problem(self, target: TargetSpec) -> str | None:
+        """Why ``target`` has no host to relaunch on in ``held``'s provisioner (None: it
+        has one)."""
+        return None
 
     @classmethod
     @abstractmethod
@@ -196,8 +218,9 @@ class Provisioner(ABC):
         return adapter.version(self.settings)
 
     @abstractmethod
-    def teardown(self) -> list[str]:
-        """Stop or terminate everything the run still holds; returns what it stopped."""
+    def teardown(self, *, spare_held: bool = False) -> list[str]:
+        """Stop or terminate everything the run still holds (with ``spare_held``, not the
+        machines ``hold`` kept for the confirm); returns what it stopped."""
 
     @classmethod
     def reap_orphans(cls, settings: Settings, run_is_live: Callable[[str, str], bool],
@@ -217,10 +240,11 @@ class Provisioner(ABC):
 @contextmanager
 def host_session(cls: type[Provisioner], run_id: str, state: dict | None,
                  targets: list[TargetSpec], settings: Settings, *,
-                 dag_id: str = "") -> Iterator[Provisioner]:
+                 dag_id: str = "", hold: bool = False) -> Iterator[Provisioner]:
     """The provisioner a host's units run on, for as long as they run: for a ``per_host``
     kind its machine is acquired on entry and released on exit, whatever happened in
-    between (a release that fails is logged; the teardown ends it and says so)."""
+    between (a release that fails is logged; the teardown ends it and says so); with
+    ``hold``, kept for the same morning's relaunches instead (``Provisioner.hold``)."""
     if not cls.per_host:
         yield cls.attach(run_id, state, settings)
         return
@@ -229,21 +253,41 @@ def host_session(cls: type[Provisioner], run_id: str, state: dict | None,
     try:
         yield provisioner
     finally:
-        try:
-            released = provisioner.release(targets)
-        except TeardownError:  # the teardown task terminates by tag and raises if it cannot
-            log.exception("releasing %s's host failed", [t.name for t in targets])
+        if hold:
+            held = provisioner.hold(targets)
+            log.info("%s's host held for the same morning's relaunches: %s",
+                     [t.name for t in targets], held)
         else:
-            log.info("released %s's host: %s", [t.name for t in targets], released)
+            release(provisioner, targets)
+
+
+def release(provisioner: Provisioner, targets: list[TargetSpec]) -> None:
+    """``targets``' machine ended (``Provisioner.release``); a release that fails is logged,
+    as the teardown (or the release after the confirm) terminates by tag and raises if it
+    cannot."""
+    try:
+        released = provisioner.release(targets)
+    except TeardownError:
+        log.exception("releasing %s's host failed", [t.name for t in targets])
+    else:
+        log.info("released %s's host: %s", [t.name for t in targets], released)
 
 
 @contextmanager
 def confirm_session(cls: type[Provisioner], run_id: str, targets: list[TargetSpec],
                     settings: Settings, *, dag_id: str = "") -> Iterator[Provisioner]:
     """The provisioner the same morning's relaunches run on (``bench.confirm``), after the
-    run's teardown: what ``targets`` need acquired again for run ``run_id`` (a state folder,
-    a namespace: nothing paid by the machine, whose kinds are not re-measured) and torn down
-    on exit, whatever happened in between."""
+    run's teardown. A ``per_host`` kind relaunches on the machines its bench tasks held
+    (``Provisioner.held``: nothing new paid for), released on exit; any other kind has
+    what ``targets`` need acquired again for run ``run_id`` (a state folder, a namespace)
+    and torn down on exit; whatever happened in between."""
+    if cls.per_host:
+        provisioner = cls.held(run_id, None, targets, settings)
+        try:
+            yield provisioner
+        finally:
+            release(provisioner, targets)
+        return
     provisioner = cls.attach(run_id, cls.acquire(run_id, targets, settings, dag_id=dag_id),
                              settings)
     try:

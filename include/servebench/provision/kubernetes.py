@@ -369,7 +369,7 @@ class KubernetesProvisioner(Provisioner):
             raise RuntimeError(f"reaping kubernetes pods failed: {exc.status} "
                                f"{exc.reason}") from exc
 
-    def teardown(self) -> list[str]:
+    def teardown(self, *, spare_held: bool = False) -> list[str]:  # it holds no machine
         gone = []
         for namespace, context, kubeconfig in self.state.get("places", []):
             spec = KubernetesProvision(kind="kubernetes", namespace=namespace,

@@ -155,7 +155,7 @@ class LocalProvisioner(Provisioner):
         """This worker serves: its own GPUs (none on a CPU host)."""
         return {"host": None, "image": None, "gpu": local_gpus()}
 
-    def teardown(self) -> list[str]:
+    def teardown(self, *, spare_held: bool = False) -> list[str]:  # it holds no machine
         return self.reap()
 
     def _pid_file(self, name: str) -> Path:

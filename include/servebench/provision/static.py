@@ -117,5 +117,5 @@ class StaticProvisioner(Provisioner):
         return (served_engine_version(adapter, endpoint) if endpoint else None) \
             or UNKNOWN_VERSION
 
-    def teardown(self) -> list[str]:
+    def teardown(self, *, spare_held: bool = False) -> list[str]:  # it holds no machine
         return []  # nothing was started, so nothing is torn down

@@ -3,11 +3,14 @@ machine (``per_host``) is acquired when its first unit is due and released after
 every path; a crashed unit is kept as its failed cells and the next one runs."""
 
 import datetime as dt
+from typing import ClassVar
 
 import pytest
 import yaml
 from servebench import pipeline
+from servebench.bench import confirm as confirm_module
 from servebench.bench import host as bench_host_module
+from servebench.bench.confirm import Relaunched, remeasure
 from servebench.config import load_sweep
 from servebench.plan import Plan, Unit, unit_id
 from servebench.provision import get_provisioner
@@ -15,6 +18,7 @@ from servebench.provision.interface import REGISTRY, Provisioner, host_session
 from servebench.publish import keep_unit_rows, unit_failed_cells
 from servebench.results.store import ResultStore
 from servebench.settings import PROJECT_ROOT, get_settings
+from servebench.trends.confirm import Session
 
 
 def _spec(tmp_path, targets: list[dict]):
@@ -61,6 +65,7 @@ class PaidMachines(Provisioner):
     kind = "paid-test"
     per_host = True
     calls: list = []
+    gone: ClassVar[set] = set()  # targets whose machine is no longer held
 
     def __init__(self, state):
         self.state = state
@@ -74,9 +79,22 @@ class PaidMachines(Provisioner):
     def attach(cls, run_id, state, settings):
         return cls(state)
 
+    @classmethod
+    def held(cls, run_id, state, targets, settings):
+        cls.calls.append(("held", [t.name for t in targets]))
+        return cls({t.name: {"machine": f"m-{t.name}"} for t in targets
+                    if t.name not in cls.gone})
+
+    def host_problem(self, target):
+        return None if target.name in self.state else "no host held: it was released"
+
+    def hold(self, targets):
+        self.calls.append(("hold", [t.name for t in targets]))
+        return [self.state[t.name]["machine"] for t in targets]
+
     def release(self, targets):
         self.calls.append(("release", [t.name for t in targets]))
-        return [self.state[t.name]["machine"] for t in targets]
+        return [self.state[t.name]["machine"] for t in targets if t.name in self.state]
 
     def launch(self, name, target, variant, adapter):
         raise NotImplementedError
@@ -87,14 +105,15 @@ class PaidMachines(Provisioner):
     def hardware(self, target):
         return "test machine"
 
-    def teardown(self):
+    def teardown(self, *, spare_held=False):
+        self.calls.append(("teardown", "spare held" if spare_held else "all"))
         return []
 
 
 @pytest.fixture
 def paid(monkeypatch):
     monkeypatch.setitem(REGISTRY, PaidMachines.kind, PaidMachines)
-    PaidMachines.calls = []
+    PaidMachines.calls, PaidMachines.gone = [], set()
     return PaidMachines
 
 
@@ -106,6 +125,47 @@ def test_a_per_host_machine_is_released_in_every_path(tmp_path, paid):
         with host_session(paid, "r", None, [target], get_settings()):
             raise RuntimeError("mid-unit")
     assert paid.calls == [("acquire", ["g1"]), ("release", ["g1"])] * 2
+
+
+def test_a_held_machine_outlives_its_units_until_the_confirm_releases_it(tmp_path, paid,
+                                                                        monkeypatch):
+    spec = _spec(tmp_path, [{"name": "g1"}, {"name": "g2"}, {"name": "g3"}])
+    with host_session(paid, "r", None, spec.targets[:1], get_settings(), hold=True):
+        pass
+    # kept for the same morning's relaunches
+    assert paid.calls == [("acquire", ["g1"]), ("hold", ["g1"])]
+    monkeypatch.setattr(confirm_module, "get_provisioner", lambda kind: paid)
+    relaunched = []
+    monkeypatch.setattr(confirm_module, "relaunch", lambda plan, session, provisioner, *a,
+                        **k: relaunched.append(session.target) or Relaunched(seconds=1.0))
+    paid.calls, paid.gone = [], {"g3"}
+    out = remeasure(_plan(spec, paid.kind), [Session("g2", "b", "a"), Session("g3", "b", "a")],
+                    "r", get_settings(), launches=3)
+    # g1 has nothing to re-measure: released before the others' relaunches, which run on
+    # the machines held for them and release each once its own are done
+    assert paid.calls == [("held", ["g1"]), ("release", ["g1"]), ("held", ["g2"]),
+                          ("release", ["g2"]), ("held", ["g3"]), ("release", ["g3"])]
+    assert relaunched == ["g2"] and out[("g2", "b")].seconds == 1.0
+    # a machine no longer held: its suspects say why, nothing relaunched
+    assert out[("g3", "b")].failure == "no host held: it was released"
+
+
+def test_the_teardown_spares_what_is_held_and_the_release_ends_it(tmp_path, paid,
+                                                                  monkeypatch):
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
+    monkeypatch.setattr(pipeline, "get_provisioner", lambda kind: paid)
+    spec = _spec(tmp_path, [{"name": "g1"}])
+    plan = _plan(spec, paid.kind)
+    provisioned = {"kinds": {paid.kind: {}}}
+    pipeline.teardown_run(provisioned, "r", plan.to_xcom())
+    pipeline.release_held(provisioned, "r", plan.to_xcom())
+    assert paid.calls == [("teardown", "spare held"), ("teardown", "all")]
+    # a sweep that does not confirm holds nothing: its teardown ends everything
+    paid.calls = []
+    quiet = plan.model_copy(update={"spec": spec.model_copy(update={
+        "trends": spec.trends.model_copy(update={"confirm": None})})})
+    pipeline.teardown_run(provisioned, "r", quiet)
+    assert paid.calls == [("teardown", "all")]
 
 
 def test_a_run_wide_kind_is_only_attached(tmp_path, monkeypatch):
@@ -140,7 +200,9 @@ def test_a_host_runs_its_units_in_turn_keeps_a_crash_and_a_retry_skips_what_was_
     assert ran == ["g1--a", "g1--b"]  # the crash did not stop the host's next unit
     assert summary["units"]["g1--a"] == {
         "failed": "the bench task failed: RuntimeError: engine fell over"}
-    assert paid.calls == [("acquire", ["g1"]), ("release", ["g1"])]  # g2 not acquired
+    # g2 not acquired; g1 held past its units for the same morning's relaunches (the
+    # sweep confirms: trends.confirm's default)
+    assert paid.calls == [("acquire", ["g1"]), ("hold", ["g1"])]
     store = ResultStore(str(tmp_path / "data"))
     crashed = store.read_scratch("run-1")["g1--a"]["cells"].to_pylist()
     assert {c["status"] for c in crashed} == {"failed"}

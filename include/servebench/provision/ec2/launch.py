@@ -96,12 +96,41 @@ def wait_up(target: TargetSpec, facts: dict) -> None:
         raise LaunchError(f"instance {iid} of {target.name} did not come up: "
                           f"{exc}") from exc
     (instance,) = find_instances(ec2, [{"Name": "instance-id", "Values": [iid]}])
+    facts.update(address=_address(spec, instance, target.name),
+                 launched_at=instance["LaunchTime"].isoformat())
+
+
+def _address(spec: Ec2Provision, instance: dict, target: str) -> str:
     address = instance.get("PublicIpAddress" if spec.address == "public"
                            else "PrivateIpAddress")
     if not address:
-        raise LaunchError(f"instance {iid} of {target.name} has no {spec.address} "
-                          "address")
-    facts.update(address=address, launched_at=instance["LaunchTime"].isoformat())
+        raise LaunchError(f"instance {instance['InstanceId']} of {target} has no "
+                          f"{spec.address} address")
+    return address
+
+
+def held_targets(run_id: str, targets: list[TargetSpec]) -> dict[str, dict]:
+    """Each target's instance of this run still running after its units (held for the same
+    morning's relaunches, ``bench.confirm``): its facts as ``launch_targets`` gives them,
+    found by tag; or its ``error`` where none is (released, never had, ended). Launches
+    nothing."""
+    out: dict[str, dict] = {}
+    for target in targets:
+        spec = ec2_spec(target)
+        where = {"conn_id": spec.aws_conn_id, "region": spec.region}
+        ec2, _ = aws_clients(spec.aws_conn_id, spec.region)
+        try:
+            instance, placement, _ = live_instance(ec2, spec, run_id, target.name)
+            if instance is None or instance["State"]["Name"] != "running":
+                raise LaunchError("its instance is no longer running" if instance else
+                                  "its instance was released, or never launched")
+            out[target.name] = {"instance_id": instance["InstanceId"], **where,
+                                **placement.model_dump(),
+                                "address": _address(spec, instance, target.name),
+                                "launched_at": instance["LaunchTime"].isoformat()}
+        except (LaunchError, ClientError, BotoCoreError) as exc:
+            out[target.name] = {"error": f"no host held: {exc}", **where}
+    return out
 
 
 def failed_target(run_id: str, target: TargetSpec, exc: Exception) -> dict:
@@ -132,18 +161,11 @@ def run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str,
     cleaned up, a spot interruption) is spent: the next attempt's tokens launch anew, where
     the old ones would only get the terminated instance back."""
     placements = spec.placements()
-    attempt = 0
-    while True:
-        tokens = [client_token(run_id, target, attempt, i) for i in range(len(placements))]
-        found = find_instances(ec2, [{"Name": "tag:launch_token", "Values": tokens}])
-        live = [i for i in found if i["State"]["Name"] in LIVE_STATES]
-        if live:
-            log.info("%s: instance %s of this run already launched (a retried setup)",
-                     target, live[0]["InstanceId"])
-            return live[0], placements[tokens.index(instance_tags(live[0])["launch_token"])]
-        if not found:
-            break
-        attempt += 1
+    live, placement, tokens = live_instance(ec2, spec, run_id, target)
+    if live is not None:
+        log.info("%s: instance %s of this run already launched (a retried setup)",
+                 target, live["InstanceId"])
+        return live, placement
     _wait_for_quota(ec2, spec, run_id, target)
     refused = []
     for i, placement in enumerate(placements):
@@ -165,6 +187,24 @@ def run_instance(ec2, spec: Ec2Provision, *, run_id: str, dag_id: str,
         return instance, placement
     raise LaunchError(f"run_instances for {target}: no placement could be had: "
                       + "; ".join(refused))
+
+
+def live_instance(ec2, spec: Ec2Provision, run_id: str, target: str
+                  ) -> tuple[dict | None, Ec2Placement | None, list[str]]:
+    """The target's live instance of this run and the placement it was launched in, found
+    by its ``launch_token`` tag; else None and the tokens the next attempt launches with."""
+    placements = spec.placements()
+    attempt = 0
+    while True:
+        tokens = [client_token(run_id, target, attempt, i) for i in range(len(placements))]
+        found = find_instances(ec2, [{"Name": "tag:launch_token", "Values": tokens}])
+        live = [i for i in found if i["State"]["Name"] in LIVE_STATES]
+        if live:
+            return live[0], placements[tokens.index(instance_tags(live[0])["launch_token"])], \
+                tokens
+        if not found:
+            return None, None, tokens
+        attempt += 1
 
 
 def _launch(ec2, spec: Ec2Provision, placement: Ec2Placement, *, token: str, run_id: str,

@@ -12,21 +12,22 @@ from typing import TYPE_CHECKING
 from botocore.exceptions import BotoCoreError, ClientError
 
 from servebench.endpoint import Endpoint
+from servebench.energy import EnergySource, LoggedReadings
 from servebench.errors import TeardownError
 from servebench.hub import hub_cache_dir
 from servebench.memory import MemorySample
 from servebench.provision.ec2.aws import aws_clients, ec2_spec
 from servebench.provision.ec2.checks import account_problems, variant_problems
-from servebench.provision.ec2.launch import launch_targets
+from servebench.provision.ec2.launch import held_targets, launch_targets
 from servebench.provision.ec2.readiness import instance_ended, run_command, wait_healthy
 from servebench.provision.ec2.reaping import (
     extend_lease,
+    hold_instance,
     known_places,
     paid_instances,
     reap,
     terminate_run,
 )
-from servebench.energy import EnergySource, LoggedReadings
 from servebench.provision.ec2.script import (
     CONTAINER,
     ENERGY_LOG,
@@ -92,6 +93,18 @@ class Ec2Provisioner(Provisioner):
     @classmethod
     def attach(cls, run_id, state, settings) -> Ec2Provisioner:
         return cls(run_id, state or {}, settings)
+
+    @classmethod
+    def held(cls, run_id, state, targets, settings) -> Ec2Provisioner:
+        """The instances the bench tasks held for ``targets`` after their units, found by
+        tag (``launch.held_targets``: a target without one keeps why)."""
+        return cls(run_id, {**(state or {}), **held_targets(run_id, targets)}, settings)
+
+    def host_problem(self, target: TargetSpec) -> str | None:
+        facts = self.state.get(target.name)
+        if not facts or "address" not in facts:
+            return (facts or {}).get("error") or "no instance held for it"
+        return None
 
     @classmethod
     def check(cls, target: TargetSpec, variant: VariantSpec, adapter: StackAdapter,
@@ -282,6 +295,26 @@ class Ec2Provisioner(Provisioner):
                                     f"{exc}") from exc
         return gone
 
+    def hold(self, targets: list[TargetSpec]) -> list[str]:
+        """Tags ``targets``' instances as held for the same morning's relaunches, their
+        lease from now (``reaping.hold_instance``); one that cannot be tagged is released
+        instead (an untagged instance would be the teardown's, under the relaunches)."""
+        held = []
+        for target in targets:
+            facts = self.state.get(target.name) or {}
+            if "instance_id" not in facts or "error" in facts:
+                continue  # nothing launched, or already ended: nothing to keep
+            ec2, _ = self._clients(facts)
+            try:
+                hold_instance(ec2, facts["instance_id"], ec2_spec(target).ttl_hours)
+            except (ClientError, BotoCoreError) as exc:
+                log.warning("holding %s's instance failed (%s): released instead",
+                            target.name, exc)
+                self.release([target])
+                continue
+            held.append(facts["instance_id"])
+        return held
+
     @classmethod
     def reap_orphans(cls, settings, run_is_live, now) -> list[Reaped]:
         try:
@@ -293,12 +326,13 @@ class Ec2Provisioner(Provisioner):
         """Every instance tagged with this run, whatever its state (``paid_instances``)."""
         return paid_instances(self.run_id, self._places())
 
-    def teardown(self) -> list[str]:
+    def teardown(self, *, spare_held: bool = False) -> list[str]:
         """Terminates every instance tagged with this run (found by tag, so a setup task
-        that died between launching and returning its state leaks nothing)."""
+        that died between launching and returning its state leaks nothing); with
+        ``spare_held``, not those held for the confirm (``hold``)."""
         places = self._places()
         try:
-            return terminate_run(self.run_id, places)
+            return terminate_run(self.run_id, places, spare_held=spare_held)
         except (ClientError, BotoCoreError) as exc:
             raise TeardownError(f"terminating run {self.run_id}'s instances failed: "
                                f"{exc}") from exc

@@ -1,5 +1,7 @@
 """How instances end and what they cost: terminating a run's instances by its tags (the
-teardown, a host's release, a failed setup), the lease (``expires_at``) a measuring unit keeps
+teardown, a host's release, a failed setup), an instance held past its units for the same
+morning's relaunches (``hold_instance``: the teardown spares it, the release after the confirm ends
+it), the lease (``expires_at``) a measuring unit keeps
 extending, what the run paid for (launch to the end EC2 gives), and the hourly janitor's
 :func:`reap` of whatever is past its expiry or whose DAG run no longer runs."""
 
@@ -58,9 +60,24 @@ def ended_at(instance: dict) -> dt.datetime | None:
     return dt.datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
 
 
+HELD_TAG = "held_for"  # on an instance kept after its units: what it is kept for
+
+
+def hold_instance(ec2, instance_id: str, ttl_hours: float) -> None:
+    """Marks the instance as held for the same morning's relaunches: the run's teardown
+    (``terminate_run(spare_held=True)``) leaves it to the release after the confirm, and
+    its lease runs ``ttl_hours`` from now, so a run killed before that release still has it
+    reaped (its expiry, or its DAG run no longer running)."""
+    expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=ttl_hours)
+    ec2.create_tags(Resources=[instance_id], Tags=[
+        {"Key": HELD_TAG, "Value": "confirm"},
+        {"Key": "expires_at", "Value": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}])
+
+
 def terminate_run(run_id: str, places: Iterable[tuple[str, str | None]],
-                  target: str | None = None) -> list[str]:
-    """Terminates the run's live instances (only ``target``'s, where given)."""
+                  target: str | None = None, *, spare_held: bool = False) -> list[str]:
+    """Terminates the run's live instances (only ``target``'s, where given; with
+    ``spare_held``, not those held for the confirm, ``hold_instance``)."""
     gone: list[str] = []
     for conn_id, region in sorted(places, key=str):
         ec2, _ = aws_clients(conn_id, region)
@@ -69,7 +86,9 @@ def terminate_run(run_id: str, places: Iterable[tuple[str, str | None]],
                    {"Name": "instance-state-name", "Values": LIVE_STATES}]
         if target is not None:
             filters.append({"Name": "tag:target", "Values": [target]})
-        gone += _terminate(ec2, [i["InstanceId"] for i in find_instances(ec2, filters)])
+        # EC2's filters cannot say "without this tag": the held ones are left out here
+        gone += _terminate(ec2, [i["InstanceId"] for i in find_instances(ec2, filters)
+                                 if not (spare_held and HELD_TAG in instance_tags(i))])
     return gone
 
 
