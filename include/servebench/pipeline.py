@@ -168,13 +168,14 @@ def release_held(provisioned: dict | None, run_id: str, plan: Plan | dict | None
                  settings: Settings | None = None) -> list:
     """The release task, after the confirm in every path: each kind paid by the machine
     ends what the run still holds (the machines held for the relaunches that the confirm
-    did not release: it failed, was killed, or never ran). What it ended."""
-    settings = settings or get_settings()
-    plan = Plan.from_xcom(plan) if plan is not None else None
-    kinds = plan.provision_kinds() if plan else provision_kinds()
+    did not release: it failed, was killed, or never ran). What it ended; nothing without a
+    plan (nothing was provisioned, so nothing is held)."""
+    if plan is None:
+        return []
+    settings, plan = settings or get_settings(), Plan.from_xcom(plan)
     states = (provisioned or {}).get("kinds") or {}
     stopped, errors = [], []
-    for kind in kinds:
+    for kind in plan.provision_kinds():
         cls = get_provisioner(kind)
         if not cls.per_host:
             continue
