@@ -118,7 +118,8 @@ def test_the_digest_of_that_morning_names_it_with_its_charts(nights):
     text = digest.read_text()
     section = text.split("## Regressions", 1)[1].split("\n## ", 1)[0]  # that section only
     assert "adder / victim" in section
-    assert "steady" not in section and "twin" not in section
+    # no other variant's series (a confirmation's words name its reference: "against steady")
+    assert "`adder / steady" not in section and "`adder / twin" not in section
     assert "--parallel 4 -> 1" in section
     charts = re.findall(r"\(\[chart\]\(([^)]+)\)\)", section)
     assert charts and all((digest.parent / c).read_bytes()[:4] == b"\x89PNG" for c in charts)
