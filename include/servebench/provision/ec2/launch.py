@@ -6,7 +6,6 @@ only its error (:func:`failed_target`)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import logging
 import time
@@ -23,7 +22,7 @@ from servebench.provision.ec2.aws import (
     find_instances,
     instance_tags,
 )
-from servebench.provision.ec2.reaping import terminate_run
+from servebench.provision.ec2.reaping import expiry_tag, terminate_run
 from servebench.provision.interface import LaunchError
 
 if TYPE_CHECKING:
@@ -229,10 +228,9 @@ def launch_args(spec: Ec2Provision, placement: Ec2Placement, *, token: str, run_
                 dag_id: str, target: str, root_device: str | None = None) -> dict:
     """``run_instances``' arguments for ``placement``: tags, metadata, market, profile, the
     root volume (``root_device``: the AMI's, where the spec sizes it)."""
-    expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=spec.ttl_hours)
     tags = [{"Key": PROJECT_TAG, "Value": PROJECT}, {"Key": "run_id", "Value": run_id},
             {"Key": "dag_id", "Value": dag_id or "-"}, {"Key": "target", "Value": target},
-            {"Key": "expires_at", "Value": expires.strftime("%Y-%m-%dT%H:%M:%SZ")},
+            expiry_tag(spec.ttl_hours),
             {"Key": "launch_token", "Value": token},
             {"Key": "Name", "Value": f"servebench {target}"}]
     if placement.price_per_hour is not None:  # what the publish prices its bill at

@@ -1,8 +1,7 @@
 """How instances end and what they cost: terminating a run's instances by its tags (the
 teardown, a host's release, a failed setup), an instance held past its units for the same
-morning's relaunches (``hold_instance``: the teardown spares it, the release after the confirm ends
-it), the lease (``expires_at``) a measuring unit keeps
-extending, what the run paid for (launch to the end EC2 gives), and the hourly janitor's
+morning's relaunches (``hold_instance``: the teardown spares it, the release after the
+confirm ends it), the lease (``expires_at``) a measuring unit keeps extending, what the run paid for (launch to the end EC2 gives), and the hourly janitor's
 :func:`reap` of whatever is past its expiry or whose DAG run no longer runs."""
 
 from __future__ import annotations
@@ -68,10 +67,8 @@ def hold_instance(ec2, instance_id: str, ttl_hours: float) -> None:
     (``terminate_run(spare_held=True)``) leaves it to the release after the confirm, and
     its lease runs ``ttl_hours`` from now, so a run killed before that release still has it
     reaped (its expiry, or its DAG run no longer running)."""
-    expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=ttl_hours)
-    ec2.create_tags(Resources=[instance_id], Tags=[
-        {"Key": HELD_TAG, "Value": "confirm"},
-        {"Key": "expires_at", "Value": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}])
+    ec2.create_tags(Resources=[instance_id], Tags=[{"Key": HELD_TAG, "Value": "confirm"},
+                                                   expiry_tag(ttl_hours)])
 
 
 def terminate_run(run_id: str, places: Iterable[tuple[str, str | None]],
@@ -92,6 +89,12 @@ def terminate_run(run_id: str, places: Iterable[tuple[str, str | None]],
     return gone
 
 
+def expiry_tag(ttl_hours: float) -> dict:
+    """The ``expires_at`` tag ``ttl_hours`` from now, as the janitor reads it."""
+    expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=ttl_hours)
+    return {"Key": "expires_at", "Value": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
 def extend_lease(ec2, instance_id: str, lease: tuple[float, float]) -> tuple[float, float]:
     """Moves the instance's ``expires_at`` tag to ``ttl_hours`` from now once half of
     the last lease is spent (and at each unit's launch): an instance's lifetime counts
@@ -101,10 +104,8 @@ def extend_lease(ec2, instance_id: str, lease: tuple[float, float]) -> tuple[flo
     ttl_h, extended_at = lease
     if extended_at and time.monotonic() - extended_at < ttl_h * 3600 / 2:
         return lease
-    expires = dt.datetime.now(dt.UTC) + dt.timedelta(hours=ttl_h)
     try:
-        ec2.create_tags(Resources=[instance_id], Tags=[
-            {"Key": "expires_at", "Value": expires.strftime("%Y-%m-%dT%H:%M:%SZ")}])
+        ec2.create_tags(Resources=[instance_id], Tags=[expiry_tag(ttl_h)])
     except (ClientError, BotoCoreError) as exc:  # the old expiry stands; say so
         log.warning("extending %s's expiry failed: %s", instance_id, exc)
         return lease
