@@ -132,15 +132,7 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
     states = (provisioned or {}).get("kinds")
     if not states:
         states = {kind: None for kind in (plan.provision_kinds() if plan else provision_kinds())}
-    stopped, errors, paid = [], [], []
-    for kind, state in states.items():
-        provisioner = get_provisioner(kind).attach(run_id, state, settings)
-        try:
-            stopped += provisioner.teardown(spare_held=spare_held)
-            paid += [{**host, "provision": kind} for host in provisioner.paid_hosts()]
-        except (OSError, RuntimeError) as exc:  # the others must still tear theirs down
-            log.exception("tearing down %s failed", kind)
-            errors.append(f"{kind}: {exc}")
+    stopped, paid, errors = _end_each(states, run_id, settings, spare_held=spare_held)
     if stopped:
         log.warning("teardown stopped what the run left: %s", stopped)
     if paid and plan:  # the publish prices them (it runs after this task)
@@ -148,6 +140,25 @@ def teardown(provisioned: dict | None, run_id: str, settings: Settings | None = 
     if errors:
         raise RuntimeError("teardown could not stop everything: " + "; ".join(errors))
     return stopped
+
+
+def _end_each(states: dict[str, dict | None], run_id: str, settings: Settings, *,
+              spare_held: bool = False, paid_hosts: bool = True
+              ) -> tuple[list, list[dict], list[str]]:
+    """Each kind's ``teardown`` on its state: what was stopped, the machines each paid for
+    (``Provisioner.paid_hosts``, where asked), and each kind that failed with why (logged
+    with its traceback; the others still end theirs)."""
+    stopped, paid, errors = [], [], []
+    for kind, state in states.items():
+        provisioner = get_provisioner(kind).attach(run_id, state, settings)
+        try:
+            stopped += provisioner.teardown(spare_held=spare_held)
+            if paid_hosts:
+                paid += [{**host, "provision": kind} for host in provisioner.paid_hosts()]
+        except (OSError, RuntimeError) as exc:  # the others must still tear theirs down
+            log.exception("tearing down %s failed", kind)
+            errors.append(f"{kind}: {exc}")
+    return stopped, paid, errors
 
 
 def teardown_run(provisioned: dict | None, run_id: str, plan: Plan | dict | None,
@@ -174,16 +185,9 @@ def release_held(provisioned: dict | None, run_id: str, plan: Plan | dict | None
         return []
     settings, plan = settings or get_settings(), Plan.from_xcom(plan)
     states = (provisioned or {}).get("kinds") or {}
-    stopped, errors = [], []
-    for kind in plan.provision_kinds():
-        cls = get_provisioner(kind)
-        if not cls.per_host:
-            continue
-        try:
-            stopped += cls.attach(run_id, states.get(kind), settings).teardown()
-        except (OSError, RuntimeError) as exc:  # the other kinds must still end theirs
-            log.exception("releasing %s's held hosts failed", kind)
-            errors.append(f"{kind}: {exc}")
+    stopped, _, errors = _end_each({kind: states.get(kind) for kind in plan.provision_kinds()
+                                    if get_provisioner(kind).per_host}, run_id, settings,
+                                   paid_hosts=False)
     if stopped:
         log.warning("released what the confirm left held: %s", stopped)
     if errors:
