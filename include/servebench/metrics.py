@@ -313,8 +313,14 @@ def timing_unresolved_reason(records: Sequence[RequestRecord]) -> str | None:
 
 
 # how far above its workload's expected share a cell's measured prefix-cache hit rate may lie:
-# a few tokens a random prompt happens to share with the one before it (the same leading digit)
+# a share, plus PREFIX_CACHE_CHANCE_TOKENS a request (prefix_cache_tolerance)
 PREFIX_CACHE_TOLERANCE = 0.05
+# the opening tokens a fresh prompt may share by chance with one a long-lived server cached:
+# its random opening number matches the best of the server's cached prompts for about log10 of
+# their count in digits where a digit is a token (llama.cpp's prompt cache keeps every prompt
+# and picks the longest match: 2 tokens after BOS on a server that had answered a 200-item
+# golden set, 3% of a 33-token prompt each); 4 covers some 10,000 cached prompts
+PREFIX_CACHE_CHANCE_TOKENS = 4
 
 
 def expected_prefix_cache_share(requests: Sequence[tuple[int | None, int, int]]) -> float | None:
@@ -327,6 +333,15 @@ def expected_prefix_cache_share(requests: Sequence[tuple[int | None, int, int]])
         servable += min(prompt, shared + max(0, prompt - content))
         total += prompt
     return servable / total if total > 0 else None
+
+
+def prefix_cache_tolerance(prompt_tokens: Sequence[int]) -> float:
+    """How far above the expected share a cell's hit rate may lie, from the prompt tokens of
+    each request it sent: :data:`PREFIX_CACHE_TOLERANCE` and :data:`PREFIX_CACHE_CHANCE_TOKENS`
+    a request (a large share of a short prompt, nothing of a long one)."""
+    total = sum(prompt_tokens)
+    chance = PREFIX_CACHE_CHANCE_TOKENS * len(prompt_tokens) / total if total > 0 else 0.0
+    return PREFIX_CACHE_TOLERANCE + chance
 
 
 def prefix_cache_reuse_reason(measured: float | None, expected: float | None,

@@ -7,7 +7,6 @@ import pytest
 from measured import assert_measured
 from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
-from servebench.metrics import PREFIX_CACHE_TOLERANCE
 from servebench.provision import get_provisioner
 from servebench.provision.local import free_port
 from servebench.settings import PROJECT_ROOT, get_settings
@@ -110,8 +109,6 @@ def test_a_retried_unit_meets_none_of_its_first_trys_prompts_in_the_cache(llama_
     assert retry["prompt_key"].startswith("4242:fixed:c2:r0:try2")
     for cell in (first, retry):
         assert "prefix_cache_reuse" not in (cell["reason"] or ""), cell["reason"]
-        assert cell["prefix_cache_hit_rate"] <= \
-            cell["prefix_cache_expected"] + PREFIX_CACHE_TOLERANCE
 
 
 def test_a_suspect_on_a_static_endpoint_is_re_measured_there_interleaved(llama_server,

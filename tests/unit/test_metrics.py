@@ -269,3 +269,21 @@ def test_prefix_cache_reuse_rule():
     assert reason.startswith("prefix_cache_reuse: hit rate 0.98 > 0.02 the workload implies")
     # a stack that reports no hit rate is not judged
     assert prefix_cache_reuse_reason(None, 0.015) is None
+
+
+def test_the_prefix_cache_tolerance_allows_a_few_chance_tokens_a_request():
+    from servebench.metrics import (
+        PREFIX_CACHE_CHANCE_TOKENS,
+        PREFIX_CACHE_TOLERANCE,
+        prefix_cache_reuse_reason,
+        prefix_cache_tolerance,
+    )
+
+    short, long = prefix_cache_tolerance([33] * 10), prefix_cache_tolerance([2048] * 10)
+    assert short == pytest.approx(PREFIX_CACHE_TOLERANCE + PREFIX_CACHE_CHANCE_TOKENS / 33)
+    assert PREFIX_CACHE_TOLERANCE < long < PREFIX_CACHE_TOLERANCE + 0.002
+    # three tokens of 33 a request matched by chance on a long-lived server (BOS expected)
+    assert prefix_cache_reuse_reason(3 / 33, 1 / 33, short) is None
+    # a prompt sent again is served whole: still found on the shortest prompts
+    assert prefix_cache_reuse_reason(0.98, 1 / 33, short).startswith("prefix_cache_reuse")
+    assert prefix_cache_tolerance([]) == PREFIX_CACHE_TOLERANCE

@@ -24,6 +24,7 @@ from servebench.metrics import (
     compute_cell_metrics,
     expected_prefix_cache_share,
     prefix_cache_reuse_reason,
+    prefix_cache_tolerance,
     timing_unresolved_reason,
 )
 from servebench.telemetry import (
@@ -179,14 +180,16 @@ class CellMeasurer:
         # the prompts' validity: the cache the server used is the one the workload implies
         hit_rate = cell_prefix_cache_hit_rate(
             server_delta, self.adapter.prefix_cache_counters, load.all_records())
-        expected_share = expected_prefix_cache_share(
-            [(rec.prompt_tokens, item.input_tokens, item.shared_tokens)
-             for item, rec in zip(items, load.all_records(), strict=True) if rec.ok])
+        sent_ok = [(rec.prompt_tokens, item.input_tokens, item.shared_tokens)
+                   for item, rec in zip(items, load.all_records(), strict=True) if rec.ok]
+        expected_share = expected_prefix_cache_share(sent_ok)
+        tolerance = prefix_cache_tolerance([content if prompt is None else prompt
+                                            for prompt, content, _ in sent_ok])
         # the measurement's own validity (metrics.py): the client kept up, timing was observed
         reasons = [*cell.invalid_reasons, *filter(None, [
             client_saturated_reason(load.send_lag.p99_ms, load.loop_lag.p95_ms),
             timing_unresolved_reason(load.records),
-            prefix_cache_reuse_reason(hit_rate, expected_share)])]
+            prefix_cache_reuse_reason(hit_rate, expected_share, tolerance)])]
         row = self.rows.base_row(workload_name, point, endpoint.argv)
         if hit_rate is None:  # said in the cell: its prompts' reuse could not be judged
             row["engine_notes"] = "; ".join(filter(None, [
