@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 @dataclass
 class CellPrompts:
     """A cell's own prompts: its warm-up's (drawn apart, so they warm none of the measured
-    ones), its measured ones, and how to draw an ``auto`` re-run's (``rebuild(k)``)."""
+    ones), its measured ones, and how to draw an ``auto`` re-run's, warm-up first
+    (``rebuild(k)``: both its own)."""
 
     warmup: list[PromptItem]
     measured: list[PromptItem]
@@ -108,10 +109,15 @@ class CellMeasurer:
                                        count=count, max_model_len=self.variant.max_model_len)
 
         warmup = self.spec.load.warmup_requests
-        warm = self._build_prompts(workload, tokenizer, seed, root, count=warmup,
-                                   key=self.prompt_key(workload.name, point, warmup=True),
-                                   max_model_len=self.variant.max_model_len) if warmup else []
-        return CellPrompts(warm, build(0), build)
+
+        def warm(rerun: int) -> list[PromptItem]:
+            return self._build_prompts(
+                workload, tokenizer, seed, root, count=warmup,
+                key=self.prompt_key(workload.name, point, rerun=rerun, warmup=True),
+                max_model_len=self.variant.max_model_len) if warmup else []
+
+        # a re-run's warm-up is its own too: the first run's would come back from the cache
+        return CellPrompts(warm(0), build(0), lambda rerun: warm(rerun) + build(rerun))
 
     def measure(self, endpoint: Endpoint, workload_name: str, point: LoadPoint,
                 prompts: CellPrompts, *, cid: str | None = None) -> tuple[dict, list[dict]]:
@@ -133,7 +139,7 @@ class CellMeasurer:
         sent = {"rerun": 0, "items": prompts.warmup + prompts.measured}
 
         def rerun_bodies(rerun: int) -> list[dict]:  # a re-run measures prompts of its own
-            sent.update(rerun=rerun, items=prompts.warmup + prompts.rebuild(rerun))
+            sent.update(rerun=rerun, items=prompts.rebuild(rerun))
             return bodies(sent["items"])
 
         cid = cid or cell_id(self.target.name, self.variant.name, workload_name, point)

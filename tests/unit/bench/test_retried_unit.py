@@ -9,6 +9,7 @@ from servebench.config import parse_sweep
 from servebench.provision import get_provisioner
 from servebench.settings import PROJECT_ROOT, get_settings
 from servebench.testing import FakeServerConfig, serve_in_thread
+from servebench.loadgen.engine import run_load_sync
 from servebench.workloads import build_prompts
 
 SEED = 77  # the plan's: every try of the run shares it
@@ -67,3 +68,29 @@ def test_a_retried_unit_sends_none_of_the_first_trys_prompts():
     # the same try reproduces its prompts (a run can be replayed from its stored keys)
     assert again_sent == first_sent and [c["prompt_key"] for c in again] == \
         [c["prompt_key"] for c in first]
+
+
+def test_an_auto_re_run_sends_a_warm_up_and_prompts_of_its_own():
+    """A cell whose client fell behind is run again with more client processes (``auto``):
+    the server has cached the first run's warm-up and measured prompts, so the re-run's, its
+    warm-up's included, are drawn from keys of their own."""
+    runs: list[list[str]] = []
+
+    def rerunning(base_url, path, bodies, spec, *, rerun_bodies, **kwargs):
+        runs.append([b["messages"][-1]["content"] for b in bodies])
+        again = rerun_bodies(1)  # what run_scaled sends when it scales up
+        runs.append([b["messages"][-1]["content"] for b in again])
+        return run_load_sync(base_url, path, again, spec, **kwargs)
+
+    with serve_in_thread(FakeServerConfig(served_model=MODEL)) as srv:
+        spec = _spec(srv.url)
+        target = spec.targets[0]
+        settings = get_settings()
+        result = VariantRunner(spec, target, target.variants[0], run_id="r", settings=settings,
+                               provisioner=get_provisioner("static").attach("r", {}, settings),
+                               prompt_seed=SEED, run_load=rerunning).run()
+    first, again = runs[0], runs[1]
+    warmup = spec.load.warmup_requests
+    assert warmup and len(first) == len(again) == warmup + 6
+    assert not set(first) & set(again)  # the warm-up too
+    assert {c["n_ok"] for c in result.cells} == {6}
