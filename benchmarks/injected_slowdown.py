@@ -131,11 +131,17 @@ def trial(kind: str, duty: float | None, base: Path, work: Path, sweep_path: Pat
     victim = posted[(posted["variant"] == "victim") & (posted["kind"] == "regression")]
     confirmed = victim[victim["confirmation"].fillna("").str.startswith("confirmed")]
     [ratio] = _ratio(store, [run_id]) or [float("nan")]
+    # the victim's confirmed series its own nights did not make suspects: found against
+    # steady's same night alone (trends.confirm.find_suspects)
+    against = {r["metric"] for r in found.to_dict("records")
+               if r["variant"] == "victim" and json.loads(r["values_json"]).get("against")}
     return {
         "trial": index, "kind": kind, "duty": duty, "run_id": run_id, "seconds": seconds,
         "realized": ratio / base_ratio - 1,
         "posted": posted[["variant", "metric", "kind"]].to_dict("records"),
         "victim_confirmed": sorted(set(confirmed["metric"]) & set(SUSPECT)),
+        "victim_confirmed_against_steady_only": sorted(
+            set(confirmed["metric"]) & set(SUSPECT) & against),
         "verdicts": found[["variant", "metric", "verdict"]].to_dict("records"),
         "confirm_s": float(found.drop_duplicates("variant")["seconds"].fillna(0).sum())
         if not found.empty else 0.0,
@@ -145,14 +151,17 @@ def trial(kind: str, duty: float | None, base: Path, work: Path, sweep_path: Pat
 
 def report(rows: list[dict]) -> None:
     print("| kind | trials | realized slowdown (median, quartiles) | posted and confirmed the first "
-          "morning | nights posting any alert | alerts posted | confirm s a night "
-          "(median, max) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "morning | of which on steady's night alone | nights posting any alert | alerts "
+          "posted | confirm s a night (median, max) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for kind in ("null", "15%", "30%"):
         mine = [r for r in rows if r["kind"] == kind]
         if not mine:
             continue
         caught = sum(bool(r["victim_confirmed"]) for r in mine)
+        # caught only through a series its own nights did not make a suspect
+        alone = sum(bool(r["victim_confirmed"]) and set(r["victim_confirmed"])
+                    <= set(r["victim_confirmed_against_steady_only"]) for r in mine)
         alerting = sum(bool(r["posted"]) for r in mine)
         alerts = sum(len(r["posted"]) for r in mine)
         cost = [r["confirm_s"] for r in mine]
@@ -160,6 +169,7 @@ def report(rows: list[dict]) -> None:
         print(f"| {kind} | {len(mine)} | {realized[1]:+.0%} ({realized[0]:+.0%}, "
               f"{realized[2]:+.0%}) | "
               f"{'-' if kind == 'null' else f'{caught} of {len(mine)}'} | "
+              f"{'-' if kind == 'null' else alone} | "
               f"{alerting} of {len(mine)} | {alerts} | "
               f"{np.median(cost):.0f}, {max(cost):.0f} |")
 

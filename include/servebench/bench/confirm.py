@@ -77,7 +77,9 @@ def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str 
     detector = detector_settings(runs["spec_json"].iloc[-1])
     min_change = detector.min_rel_change
     suspects = find_suspects(series, alerts, starts, night_of, tonight,
-                             sigmas=conf.suspect_sigmas, min_change=min_change)
+                             sigmas=conf.suspect_sigmas, min_change=min_change,
+                             baselines={t.name: t.baseline for t in plan.spec.targets
+                                        if t.baseline})
     variants = {t.name: [n for n in dict.fromkeys([t.baseline, *(v.name for v in t.variants)])
                          if n] for t in plan.spec.targets}
     sessions = sessions_for(suspects, variants, cells, runs)

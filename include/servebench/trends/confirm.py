@@ -3,6 +3,7 @@
 
 A **suspect** is a cell series judged tonight that is worse than its baseline beyond its
 noise (``confirm.suspect_sigmas`` of its nights' robust sigma, and by ``trends.min_change``)
+-- its own value, or its ratio to its target's baseline variant the same night --
 whether the detector raised it or not, or any regression, improvement or host change raised
 tonight (an improvement is asked whether it holds, as a regression is: on a noisy host a
 slow baseline makes one as easily). Its
@@ -54,12 +55,19 @@ class Suspect:
     metric: str
     source: Literal["alert", "suspect"]
     value: float  # tonight's
-    level: float  # the baseline's median
-    noise: float  # its robust per-night sigma
+    # the baseline's median; for a suspect ``against`` a variant, what tonight's value would
+    # have been at the baseline nights' ratio to it
+    level: float
+    noise: float  # its robust per-night sigma (against a variant: the ratio's, scaled)
     start: int  # the baseline's first night
     night: int  # the change night (an alert's) or tonight
     alert_kind: str | None = None
     better: bool = False  # raised as better than its baseline: is it?
+    # how far off tonight was, in its nights' sigmas: its own value, and its ratio to its
+    # target's baseline variant the same night (None: no such ratio; see find_suspects)
+    sigmas: float | None = None
+    relative_sigmas: float | None = None
+    against: str | None = None  # the baseline variant whose same night made it a suspect
 
     @property
     def sign(self) -> float:
@@ -77,13 +85,60 @@ class Suspect:
         return self.workload, self.load_point
 
 
+@dataclass(frozen=True)
+class _Relative:
+    """Tonight's ratio of a series to its target's baseline variant, against the ratio's
+    baseline nights: ``sigmas`` of its robust sigma (``sigma``, a log) the worse way, its
+    move ``log_move`` (a log, unsigned)."""
+
+    sigmas: float
+    log_move: float
+    sigma: float
+
+
+def _relative(series: pd.DataFrame, last: pd.Series, group: pd.DataFrame,
+              baseline: str | None, start: int, tonight: int,
+              worse_sign: float) -> _Relative | None:
+    """How far tonight's ratio of the series to the same cell and metric of its target's
+    ``baseline`` variant lies from that ratio's median over the baseline nights; None where
+    there is no such ratio (the baseline itself, fewer than ``MIN_BASELINE`` shared nights).
+    The host's night hits both variants alike, so the ratio is the quieter series where the
+    host's nights move more than a launch does (docs/trends.md, "Confirmed the same
+    morning")."""
+    if baseline is None or last["variant"] == baseline:
+        return None
+    ref = series[(series["target"] == last["target"]) & (series["variant"] == baseline)
+                 & (series["workload"] == last["workload"])
+                 & (series["load_point"] == last["load_point"])
+                 & (series["metric"] == last["metric"])]
+    measured = ref[ref["night"] == tonight]["series_id"]
+    if measured.empty:
+        return None
+    # the one measured tonight: a series is bound to its hardware, as the suspect's is
+    ref = ref[ref["series_id"] == measured.iloc[0]]
+    both = pd.merge(group[group["night"] >= start][["night", "value"]],
+                    ref[["night", "value"]], on="night", suffixes=("", "_ref"))
+    both = both[(both["value"] > 0) & (both["value_ref"] > 0)]
+    logs = np.log(both["value"].to_numpy(dtype=float) / both["value_ref"].to_numpy(dtype=float))
+    nights = both["night"].to_numpy()
+    before, now = logs[nights < tonight], logs[nights == tonight]
+    if len(before) < MIN_BASELINE or len(now) != 1:
+        return None
+    log_move, sigma = float(now[0] - np.median(before)), max(noise_sigma(before), 1e-3)
+    return _Relative(worse_sign * log_move / sigma, log_move, sigma)
+
+
 def find_suspects(series: pd.DataFrame, alerts: list[dict], starts: dict[str, int],
                   night_of: dict[str, int], tonight: int, *, sigmas: float,
-                  min_change: float) -> list[Suspect]:
+                  min_change: float, baselines: dict[str, str] | None = None) -> list[Suspect]:
     """Tonight's suspects, alerts first, then the most sigmas off first. ``starts``: each
-    series' baseline start as the detector had it; ``alerts`` tonight's ``changes`` rows."""
+    series' baseline start as the detector had it; ``alerts`` tonight's ``changes`` rows;
+    ``baselines``: each target's baseline variant, whose same night a quiet series of the
+    target's other variants is also judged against (its ratio to it beyond ``sigmas`` of the
+    ratio's nights: the variant moved more than its host)."""
     raised = {a["series_id"]: a for a in alerts
               if a.get("kind") in ALERT_KINDS and a.get("workload") is not None}
+    baselines = baselines or {}
     out: list[tuple[float, Suspect]] = []
     for sid, group in series.groupby("series_id", sort=True):
         last = group.iloc[-1]
@@ -112,15 +167,26 @@ def find_suspects(series: pd.DataFrame, alerts: list[dict], starts: dict[str, in
         better = alert is not None and (alert["kind"] == "improvement" or (
             alert["kind"] == "host_change" and worse < 0))
         z = worse / max(noise, abs(level) * 1e-3)
-        if alert is None and not (z > sigmas and worse > min_change * abs(level)):
-            continue
-        out.append(((0 if alert else 1, -z), Suspect(
+        rel = _relative(series, last, group, baselines.get(last["target"]), start, tonight,
+                        metric.worse_sign) if alert is None else None
+        own = z > sigmas and worse > min_change * abs(level)
+        against = rel is not None and rel.sigmas > sigmas \
+            and metric.worse_sign * rel.log_move > math.log1p(min_change)
+        if alert is None and not own:
+            if not against:
+                continue
+            # held to the baseline variant's night: the value that night implied, and the
+            # ratio's noise at that level
+            level = value * math.exp(-rel.log_move)
+            noise = rel.sigma * level
+        out.append(((0 if alert else 1, -max(z, rel.sigmas if rel else 0.0)), Suspect(
             series_id=sid, target=last["target"], stack=last["stack"],
             variant=last["variant"], workload=last["workload"],
             load_point=last["load_point"], metric=last["metric"],
             source="alert" if alert else "suspect", value=value, level=level, noise=noise,
             start=start, night=night, alert_kind=alert["kind"] if alert else None,
-            better=better)))
+            better=better, sigmas=z, relative_sigmas=rel.sigmas if rel else None,
+            against=baselines[last["target"]] if alert is None and not own else None)))
     return [s for _, s in sorted(out, key=lambda pair: pair[0])]
 
 
@@ -301,7 +367,10 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
     label = metric_label(suspect.metric)
     history = _history(series, suspect.series_id)
     base = history[(history.index >= suspect.start) & (history.index < suspect.night)]
-    level_d = [sign * math.log(v / suspect.level) for v in values if v and v > 0]
+    # its relaunches against its own nights (a suspect ``against`` a variant has its level
+    # from that variant's night)
+    own_level = float(np.median(base)) if suspect.against and len(base) else suspect.level
+    level_d = [sign * math.log(v / own_level) for v in values if v and v > 0]
     level_mean = float(np.mean(level_d)) if level_d else None
     pairs: list[float] = []
     extra_se, extra_df, ref_level_d = 0.0, math.inf, []
@@ -324,7 +393,9 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
             against = f"against {reference}"
     if not pairs:  # no reference, or no history of its ratio: the suspect's own nights
         pairs = level_d
-        extra_se = 1.2533 * suspect.noise / suspect.level / math.sqrt(max(len(base), 1))
+        own_noise = noise_sigma(base.to_numpy(dtype=float)) / own_level if suspect.against \
+            else suspect.noise / suspect.level
+        extra_se = 1.2533 * own_noise / math.sqrt(max(len(base), 1))
         extra_df = robust_sigma_df(len(base))
         if "{why}" in against:
             against = against.format(why=reference and "its ratio has no history"
@@ -363,7 +434,8 @@ def judge(suspect: Suspect, values: list[float], ref_values: list[float] | None,
     # alone a true +30% step was dismissed 9% of the time (benchmarks/confirm_coverage.py,
     # docs/trends.md)
     if hi < floor or suspect.moved - hi > DISMISS_SIGMAS * suspect.noise / suspect.level:
-        night = f"{100 * _pct(sign * suspect.moved):+.0f}%"
+        night = f"{100 * _pct(sign * suspect.moved):+.0f}%" + (
+            f" against {suspect.against}" if suspect.against else "")
         return Judgement("dismissed", f"not confirmed: {told}; the night's {night} did not "
                          "reproduce (one launch's excursion)", **result)
     return Judgement("inconclusive", f"inconclusive: {told}", **result)
@@ -390,7 +462,10 @@ def confirmation_row(suspect: Suspect, judgement: Judgement, reference: str | No
         "pairs": judgement.pairs, "verdict": judgement.verdict, "words": judgement.words,
         "seconds": seconds,
         "values_json": json.dumps({"suspect": values, "reference": ref_values,
-                                   "canary": canary or {}}),
+                                   "canary": canary or {},
+                                   "sigmas": {"own": suspect.sigmas,
+                                              "relative": suspect.relative_sigmas},
+                                   "against": suspect.against}),
     }
 
 

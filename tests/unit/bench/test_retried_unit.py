@@ -6,10 +6,10 @@ the same. Two VariantRunner runs of one unit against a real (fake OpenAI) server
 import yaml
 from servebench.bench import VariantRunner
 from servebench.config import parse_sweep
+from servebench.loadgen.engine import run_load_sync
 from servebench.provision import get_provisioner
 from servebench.settings import PROJECT_ROOT, get_settings
 from servebench.testing import FakeServerConfig, serve_in_thread
-from servebench.loadgen.engine import run_load_sync
 from servebench.workloads import build_prompts
 
 SEED = 77  # the plan's: every try of the run shares it

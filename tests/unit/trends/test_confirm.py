@@ -223,3 +223,41 @@ def test_the_verdicts_decide_what_the_night_posts():
     [tonight] = with_verdicts([], verdicts, _runs(), {})
     assert tonight["nights_since"] == 1 and tonight["change_run_id"] == f"r{NIGHTS - 1}"
     assert tonight["cause"].startswith("nothing recorded changed")
+
+
+def test_a_variant_slower_than_its_baseline_variant_the_same_night_is_a_suspect():
+    """The host's nights move both variants of a target alike (here by up to 25%), which
+    hides a +30% night of one of them in its own nights' noise; against the baseline variant
+    the same night it stands out. A night both moved together is no one's suspect."""
+    host = np.array([1.0, 1.25, 0.8, 1.1, 0.9, 1.2, 0.85, 1.15, 0.95, 0.8])
+    ref = 8 * host * np.array(_noisy(1, sd=0.01, seed=6))
+    slow = 10 * host * np.array(_noisy(1, sd=0.01, seed=7))
+    slow[-1] *= 1.3  # tonight: +30%, on a night the host was 20% faster
+    series = _series({("base", "tpot_ms_p50"): list(ref), ("slow", "tpot_ms_p50"): list(slow)})
+    assert _suspects(series) == []  # its own nights: +4% of a 15% noise
+    [found] = _suspects_against(series)
+    assert (found.variant, found.metric, found.source) == ("slow", "tpot_ms_p50", "suspect")
+    assert found.relative_sigmas > 3 > found.sigmas and found.against == "base"
+    # held to what the baseline variant's night implied: +30%, not its own nights' +4%
+    assert found.value / found.level == pytest.approx(1.3, rel=0.03)
+    # relaunched: 30% slower than base in each pair, confirmed against it
+    verdict = judge(found, [13.0, 13.1, 12.9], [8.0, 8.0, 8.0], series, "base",
+                    min_change=0.05, launches=3)
+    assert verdict.verdict == "confirmed", verdict.words
+    # or not: the night did not reproduce, said against the variant it was held to
+    verdict = judge(found, [10.0, 10.1, 9.9], [8.0, 8.0, 8.0], series, "base",
+                    min_change=0.05, launches=3)
+    assert verdict.verdict == "dismissed" and "% against base did not" in verdict.words
+    # the host alone: both 20% faster tonight, as the nights before moved them
+    calm = 10 * host * np.array(_noisy(1, sd=0.01, seed=7))
+    assert _suspects_against(_series({("base", "tpot_ms_p50"): list(ref),
+                                      ("slow", "tpot_ms_p50"): list(calm)})) == []
+    # the baseline variant itself has nothing to be held to but its own nights
+    faster = _series({("base", "tpot_ms_p50"): list(ref * np.r_[np.ones(9), 1.3]),
+                      ("slow", "tpot_ms_p50"): list(calm)})
+    assert [s.variant for s in _suspects_against(faster)] == []
+
+
+def _suspects_against(series):
+    return find_suspects(series, [], {}, {"tonight": NIGHTS - 1}, NIGHTS - 1, sigmas=3.0,
+                         min_change=0.05, baselines={"t": "base"})
