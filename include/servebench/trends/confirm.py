@@ -107,10 +107,7 @@ def _relative(series: pd.DataFrame, last: pd.Series, group: pd.DataFrame,
     morning")."""
     if baseline is None or last["variant"] == baseline:
         return None
-    ref = series[(series["target"] == last["target"]) & (series["variant"] == baseline)
-                 & (series["workload"] == last["workload"])
-                 & (series["load_point"] == last["load_point"])
-                 & (series["metric"] == last["metric"])]
+    ref = _cell_series(series, last, baseline)
     measured = ref[ref["night"] == tonight]["series_id"]
     if measured.empty:
         return None
@@ -325,12 +322,18 @@ def _history(series: pd.DataFrame, sid: str) -> pd.Series:
     return pd.Series(mine["value"].to_numpy(dtype=float), index=mine["night"].to_numpy())
 
 
+def _cell_series(series: pd.DataFrame, of, variant: str) -> pd.DataFrame:
+    """The rows of ``variant``'s series of the same target, cell and metric as ``of`` (a
+    Suspect or a series row)."""
+    return series[(series["target"] == of.target) & (series["variant"] == variant)
+                  & (series["workload"] == of.workload)
+                  & (series["load_point"] == of.load_point)
+                  & (series["metric"] == of.metric)]
+
+
 def reference_series_id(series: pd.DataFrame, suspect: Suspect, reference: str) -> str | None:
     """The reference variant's series of the suspect's cell and metric (same hardware)."""
-    mine = series[(series["target"] == suspect.target) & (series["variant"] == reference)
-                  & (series["workload"] == suspect.workload)
-                  & (series["load_point"] == suspect.load_point)
-                  & (series["metric"] == suspect.metric)]
+    mine = _cell_series(series, suspect, reference)
     return None if mine.empty else str(mine["series_id"].iloc[-1])
 
 
