@@ -30,6 +30,7 @@ from servebench.trends.confirm import (
     find_suspects,
     judge,
     sessions_for,
+    suspect_nights,
     with_verdicts,
     within_budget,
 )
@@ -118,7 +119,7 @@ def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str 
             rows.append(confirmation_row(suspect, judgement, session.reference,
                                          conf.launches, seconds, values, ref_values,
                                          canary=canary))
-    causes, start_of = {}, {suspect.series_id: suspect.start for suspect in suspects}
+    causes, by_id = {}, {suspect.series_id: suspect for suspect in suspects}
     for row in rows:
         if row["source"] == "suspect" and row["verdict"] == "confirmed":
             mine = tonight_cells[(tonight_cells["target"] == row["target"])
@@ -126,10 +127,16 @@ def confirm_night(plan: Plan, summary: dict, settings: Settings, *, dag_id: str 
                                  & (tonight_cells["workload"] == row["workload"])
                                  & (tonight_cells["load_point"] == row["load_point"])]
             # its move began tonight or up to the detector's locate tolerance before (an
-            # earlier night's suspect not yet confirmed): a recorded change that near is it
+            # earlier night's suspect not yet confirmed): a recorded change that near is it;
+            # or any night since its baseline began, where a recorded change came that night
+            # and every night since stood off its baseline the suspect's way (a quiet
+            # series' step the detector's floor let pass: its cause and night, not tonight's)
+            suspect = by_id[row["series_id"]]
             causes[row["series_id"]] = attribute(
-                cells, runs, mine.iloc[0].to_dict(), tonight, lo=start_of[row["series_id"]],
-                hi=tonight, tolerance=detector.locate_tolerance)
+                cells, runs, mine.iloc[0].to_dict(), tonight, lo=suspect.start,
+                hi=tonight, tolerance=detector.locate_tolerance,
+                values=suspect_nights(series, suspect, tonight + 1),
+                lead=tonight - suspect.start)
     changes = with_verdicts(alerts, rows, runs, causes)
     group_findings(changes)
     ids = {"run_id": run_id, "run_date": summary["run_date"]}

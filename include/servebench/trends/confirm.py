@@ -337,6 +337,24 @@ def reference_series_id(series: pd.DataFrame, suspect: Suspect, reference: str) 
     return None if mine.empty else str(mine["series_id"].iloc[-1])
 
 
+def suspect_nights(series: pd.DataFrame, suspect: Suspect, nights: int) -> np.ndarray:
+    """The suspect's series as it made it a suspect, one value a night (NaN: none): its own
+    values, or for a suspect ``against`` a variant its ratio to that variant's series the
+    same night -- what ``attribution.attribute`` reads for where its move began."""
+    values = np.full(nights, np.nan)
+    own = _history(series, suspect.series_id)
+    values[own.index.to_numpy(dtype=int)] = own.to_numpy()
+    if suspect.against is None:
+        return values
+    sid = reference_series_id(series, suspect, suspect.against)
+    ref = np.full(nights, np.nan)
+    if sid is not None:
+        theirs = _history(series, sid)
+        ref[theirs.index.to_numpy(dtype=int)] = theirs.to_numpy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(ref > 0, values / ref, np.nan)
+
+
 def _median_error(logs: np.ndarray) -> tuple[float, float]:
     """The standard error of the median of ``logs`` (the baseline nights' ratio) and the
     degrees of freedom it is known to: a robust sigma's from 4 nights, else the plain

@@ -261,3 +261,44 @@ def test_a_variant_slower_than_its_baseline_variant_the_same_night_is_a_suspect(
 def _suspects_against(series):
     return find_suspects(series, [], {}, {"tonight": NIGHTS - 1}, NIGHTS - 1, sigmas=3.0,
                          min_change=0.05, baselines={"t": "base"})
+
+
+def test_a_suspect_whose_move_began_at_a_recorded_change_nights_ago_is_dated_to_it():
+    """A quiet series stepped at a recorded change five nights back, by less than the
+    detector raised (the slowed variant's throughput, slots cut on night 14, -25% against its
+    baseline variant while the host moved both by up to 25%): tonight it is a suspect against
+    the baseline variant, and a confirmed one is that change, dated to its night with its
+    cause (``bench.confirm``: ``attribute`` over ``suspect_nights``), not tonight's with
+    nothing recorded. Its own values, the host in them, could not date it."""
+    from servebench.trends.attribution import NOTHING_CHANGED, attribute
+    from servebench.trends.confirm import suspect_nights
+
+    n, cut = 20, 14
+    host = 1 + 0.25 * np.sin(np.arange(n) * 1.7)
+    ref = 100 * host * np.array(_noisy(1, n, sd=0.01, seed=3))
+    slow = 100 * host * np.array(_noisy(1, n, sd=0.01, seed=4))
+    slow[cut:] *= 0.75
+    series = _series({("base", "output_throughput"): list(ref),
+                      ("slow", "output_throughput"): list(slow)})
+    [found] = find_suspects(series, [], {}, {}, n - 1, sigmas=3.0, min_change=0.2,
+                            baselines={"t": "base"})
+    assert (found.variant, found.against, found.start) == ("slow", "base", 0)
+    runs = pd.DataFrame({"run_id": [f"r{i}" for i in range(n)],
+                         "run_date": [dt.date(2026, 11, 1) + dt.timedelta(days=i)
+                                      for i in range(n)],
+                         "suite_git_sha": "abc", "sweep_hash": "h"})
+    where = {"target": "t", "stack": "llama_cpp", "variant": "slow", "workload": "w",
+             "load_point": "c1"}
+    cells = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
+                           "launch_args": '["llama-server", "--parallel", "%d"]'
+                           % (4 if i < cut else 1)} for i in range(n)])
+    ratio = suspect_nights(series, found, n)
+    assert ratio[:cut] == pytest.approx(1.0, rel=0.05)
+    assert ratio[cut:] == pytest.approx(0.75, rel=0.05)
+
+    def dated(values):
+        return attribute(cells, runs, where, n - 1, lo=found.start, hi=n - 1, tolerance=2,
+                         values=values, lead=n - 1 - found.start)
+
+    assert dated(ratio) == (cut, "launch args --parallel 4 -> 1")
+    assert dated(slow) == (n - 1, NOTHING_CHANGED)
