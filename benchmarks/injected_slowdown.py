@@ -134,7 +134,7 @@ def trial(kind: str, duty: float | None, base: Path, work: Path, sweep_path: Pat
     # the victim's confirmed series its own nights did not make suspects: found against
     # steady's same night alone (trends.confirm.find_suspects)
     against = {r["metric"] for r in found.to_dict("records")
-               if r["variant"] == "victim" and json.loads(r["values_json"]).get("against")}
+               if r["variant"] == "victim" and r.get("against")}
     return {
         "trial": index, "kind": kind, "duty": duty, "run_id": run_id, "seconds": seconds,
         "realized": ratio / base_ratio - 1,

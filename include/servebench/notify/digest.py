@@ -286,8 +286,11 @@ def _alert_parts(r: dict) -> tuple[str | None, str, str, str | None, str]:
     nights = MISSING if is_missing(nights) else f"{int(nights)} night{'s' * (int(nights) != 1)}"
     confirmed = r.get("confirmation")
     confirmed = "" if is_missing(confirmed) else f"; {confirmed}"
+    # a suspect held to its baseline variant's night: its before is what that night implied
+    against = r.get("against")
+    against = "" if is_missing(against) else f" (as {fmt_text(against)}'s night implied)"
     return (f"{metric_label(fmt_text(r.get('metric')))} {change}", where,
-            f"{_level(r.get('before'))} -> {_level(r.get('after'))} since ",
+            f"{_level(r.get('before'))}{against} -> {_level(r.get('after'))} since ",
             fmt_text(r.get("change_date")), f" ({nights}){drastic}{confirmed}")
 
 

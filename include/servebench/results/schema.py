@@ -299,6 +299,9 @@ CHANGES = pa.schema(
         _f("reason", _STR),  # newly failing / gate failure: why
         # what the same morning's relaunches said of it (trends.confirm; null: not re-measured)
         _f("confirmation", _STR),
+        # a suspect made by its ratio to this variant the same night: ``before`` is the level
+        # that variant's night implied (null: its own nights' level)
+        _f("against", _STR),
     ]
 )
 
@@ -311,6 +314,8 @@ CONFIRMATIONS = pa.schema(
         _f("source", _STR),  # alert (raised tonight) | suspect (worse beyond its noise)
         _f("alert_kind", _STR),  # the alert's kind, before the verdict
         _f("reference", _STR),  # the variant relaunched beside it (null: its own nights)
+        # the variant whose same night made it a suspect (its ratio to it; null: its own)
+        _f("against", _STR),
         _f("launches", _I32),  # relaunches asked of each side
         _f("pairs", _I32),  # relaunches (pairs) that measured the metric
         _f("level", _F64),  # the baseline's level

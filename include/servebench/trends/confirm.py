@@ -473,7 +473,8 @@ def confirmation_row(suspect: Suspect, judgement: Judgement, reference: str | No
         "series_id": suspect.series_id, "target": suspect.target, "stack": suspect.stack,
         "variant": suspect.variant, "workload": suspect.workload,
         "load_point": suspect.load_point, "metric": suspect.metric, "source": suspect.source,
-        "alert_kind": suspect.alert_kind, "reference": reference, "launches": launches,
+        "alert_kind": suspect.alert_kind, "reference": reference, "against": suspect.against,
+        "launches": launches,
         "level": suspect.level, "value": suspect.value,
         "night_change_pct": 100 * (suspect.value / suspect.level - 1),
         "change_pct": _pct100(judgement.change), "change_low_pct": _pct100(judgement.low),
@@ -485,8 +486,7 @@ def confirmation_row(suspect: Suspect, judgement: Judgement, reference: str | No
         "values_json": json.dumps({"suspect": values, "reference": ref_values,
                                    "canary": canary or {},
                                    "sigmas": {"own": suspect.sigmas,
-                                              "relative": suspect.relative_sigmas},
-                                   "against": suspect.against}),
+                                              "relative": suspect.relative_sigmas}}),
     }
 
 
@@ -535,5 +535,5 @@ def with_verdicts(alerts: list[dict], verdicts: list[dict], runs: pd.DataFrame,
             "change_date": runs["run_date"].iloc[night],
             "change_run_id": runs["run_id"].iloc[night], "nights_since": tonight - night + 1,
             "cause": cause,
-            "confirmation": found["words"]})
+            "confirmation": found["words"], "against": found.get("against")})
     return out

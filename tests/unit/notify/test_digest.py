@@ -229,6 +229,19 @@ def test_the_morning_confirmation_is_said_with_each_alert_and_counted():
     assert "Re-measured the same morning" in html and "the host: both slower" in html
 
 
+def test_a_regression_held_to_its_baseline_variants_night_says_so_beside_its_levels():
+    """A quiet suspect confirmed against its baseline variant's same night (its own nights
+    too noisy to tell): its before is what that variant's night implied, said beside it."""
+    from servebench.notify.digest import alert_line
+
+    row = dict(target="cpu", variant="q8_0", workload="chat", load_point="c4", before=10.0,
+               after=13.0, change_pct=30.0, nights_since=1, change_date="2025-03-01",
+               kind="regression", metric="ttft_ms_p50", against="f16",
+               confirmation="confirmed: TTFT p50 +31% [+22, +40] against f16")
+    assert "10.0 (as f16's night implied) -> 13.0 since 2025-03-01" in alert_line(row)
+    assert "10.0 -> 13.0 since" in alert_line({**row, "against": None})
+
+
 def test_the_host_canary_is_said_once_after_the_alerts():
     host = ["host canary (this worker): cpu 13.0 ms, memory 7.0 ms, median of 8 units; "
             "against the median of its last 6 runs: cpu +30% (noise ±1%), memory +0% "
