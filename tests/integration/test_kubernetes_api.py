@@ -13,10 +13,14 @@ must fail within a minute in the API's own words, with its objects deleted at te
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import pytest
@@ -35,7 +39,8 @@ PATH = re.compile(r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>pods|services|con
 
 
 class StandInApi(ThreadingHTTPServer):
-    """The API's objects in memory; every created pod takes ``status`` and ``events``."""
+    """The API's objects in memory; every created pod takes ``status`` and ``events``, or
+    with a ``kubelet`` the status of the process it runs for the pod."""
 
     def __init__(self):
         super().__init__(("127.0.0.1", 0), Handler)
@@ -43,6 +48,71 @@ class StandInApi(ThreadingHTTPServer):
         self.status: dict = {"phase": "Pending"}
         self.events: list[dict] = []
         self.lock = threading.Lock()
+        self.kubelet: Kubelet | None = None
+
+
+class Kubelet:
+    """A node of the stand-in cluster: each pod created runs its container as the image's
+    program on this host (``images``: image name -> executable, as the EC2 harness's docker
+    shim maps them), its hostPath mounts mapped back to the host's paths in its arguments,
+    binding the pod's port on loopback; Running and Ready once started, Failed with its exit
+    code once the process ends, killed when the pod is deleted. ``started`` lists the pods
+    in the order they were created."""
+
+    def __init__(self, images: dict[str, str], logs: Path):
+        self.images, self.logs = images, logs
+        self.procs: dict[tuple[str, str], subprocess.Popen] = {}
+        self.started: list[str] = []
+
+    def start(self, ns: str, pod: dict) -> dict:
+        [container] = pod["spec"]["containers"]
+        exe = self.images[container["image"].split("@", 1)[0]]
+        hosts = {v["name"]: v["hostPath"]["path"] for v in pod["spec"]["volumes"]
+                 if "hostPath" in v}
+        mounts = {m["mountPath"]: hosts[m["name"]] for m in container["volumeMounts"]
+                  if m["name"] in hosts}
+
+        def on_host(arg: str) -> str:
+            for inside, host in mounts.items():
+                if arg == inside or arg.startswith(inside + "/"):
+                    return host + arg[len(inside):]
+            return arg
+
+        name = pod["metadata"]["name"]
+        with open(self.logs / f"{name}.log", "wb") as log:
+            self.procs[(ns, name)] = subprocess.Popen(
+                [exe, *map(on_host, container.get("command", []) + container["args"])],
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started.append(name)
+        return self.status(ns, name, container["image"])
+
+    def status(self, ns: str, name: str, image: str) -> dict:
+        code = self.procs[(ns, name)].poll()
+        digest = "docker.io/" + image.split(":")[0] + "@sha256:" + "b" * 64
+        if code is not None:
+            return {"phase": "Failed", "containerStatuses": [{
+                "name": "server", "ready": False, "restartCount": 0, "image": image,
+                "imageID": digest, "state": {"terminated": {"reason": "Error",
+                                                            "exitCode": code}}}]}
+        return {"phase": "Running", "podIP": "127.0.0.1", "conditions": [
+            {"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}],
+            "containerStatuses": [{"name": "server", "ready": True, "restartCount": 0,
+                                   "image": image, "imageID": digest,
+                                   "state": {"running": {"startedAt": NOW}}}]}
+
+    def stop(self, ns: str, name: str) -> None:
+        proc = self.procs.pop((ns, name), None)
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def stop_all(self) -> None:
+        for ns, name in list(self.procs):
+            self.stop(ns, name)
 
 
 def _selected(obj: dict, selector: str) -> bool:
@@ -88,7 +158,10 @@ class Handler(BaseHTTPRequestHandler):
         obj["metadata"].update(uid=f"uid-{len(self.server.objects)}", creationTimestamp=NOW,
                                resourceVersion="1")
         if kind == "pods":
-            obj["status"] = self.server.status
+            kubelet = self.server.kubelet
+            obj["status"] = kubelet.start(ns, obj) if kubelet else self.server.status
+            if kubelet:  # scheduled on its one node
+                obj["spec"]["nodeName"] = "node-1"
         with self.server.lock:
             self.server.objects[(ns, kind, obj["metadata"]["name"])] = obj
         self._send(201, obj)
@@ -112,6 +185,9 @@ class Handler(BaseHTTPRequestHandler):
             return
         if name:
             obj = self.server.objects.get((ns, kind, name))
+            if obj and kind == "pods" and self.server.kubelet:  # what its process is doing
+                obj["status"] = self.server.kubelet.status(
+                    ns, name, obj["spec"]["containers"][0]["image"])
             self._send(200, obj) if obj else self._not_found(kind, name)
             return
         selector = query.get("labelSelector", [""])[0]
@@ -129,6 +205,8 @@ class Handler(BaseHTTPRequestHandler):
         if obj is None:
             self._not_found(kind, name)
             return
+        if kind == "pods" and self.server.kubelet:
+            self.server.kubelet.stop(ns, name)
         self._send(200, {"kind": "Status", "apiVersion": "v1", "status": "Success"})
 
 
@@ -271,3 +349,122 @@ def test_a_pod_killed_for_memory_fails_with_its_reason(tmp_path, cluster):
     why, took = _launch(tmp_path, cluster)
     assert "Failed: server: OOMKilled (exit 137)" in why, why
     assert took < 60
+
+
+# a Service's name (<name>.<namespace>.svc) resolves to loopback, where the stand-in node's
+# pods bind their ports (this machine's resolver cannot be given a cluster's names)
+CLUSTER_DNS = """\
+import socket
+
+_resolve = socket.getaddrinfo
+
+
+def _cluster_dns(host, *args, **kwargs):
+    if isinstance(host, str) and host.endswith(".svc"):
+        host = "127.0.0.1"
+    return _resolve(host, *args, **kwargs)
+
+
+socket.getaddrinfo = _cluster_dns
+
+try:  # uvloop resolves through libuv, not socket: its loop's getaddrinfo, alike
+    import uvloop
+except ImportError:
+    pass
+else:
+    class _Loop(uvloop.Loop):
+        async def getaddrinfo(self, host, *args, **kwargs):
+            if isinstance(host, str) and host.endswith(".svc"):
+                host = "127.0.0.1"
+            return await super().getaddrinfo(host, *args, **kwargs)
+
+    uvloop.new_event_loop = _Loop
+"""
+
+
+@pytest.fixture
+def serving(cluster, tmp_path, monkeypatch):
+    """The stand-in cluster with a node that runs the llama.cpp image's pods as this host's
+    llama-server, each Service's name (``<pod>.<namespace>.svc``) resolving to loopback as
+    the cluster's DNS would to its ClusterIP: (api, kubeconfig, kubelet)."""
+    api, kubeconfig = cluster
+    from servebench.stacks.llama_cpp import DEFAULT_IMAGE
+
+    server = get_settings().llama_bin / "llama-server"  # `make setup` built it
+    api.kubelet = Kubelet({DEFAULT_IMAGE.split("@", 1)[0]: str(server)}, tmp_path)
+    # in this process and in the processes it starts (the load generator's clients)
+    dns = tmp_path / "cluster-dns"
+    dns.mkdir()
+    (dns / "sitecustomize.py").write_text(CLUSTER_DNS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        filter(None, [str(dns), os.environ.get("PYTHONPATH")])))
+    import uvloop
+
+    # the same resolver here, undone after the test (setattr keeps what it replaces)
+    monkeypatch.setattr(socket, "getaddrinfo", socket.getaddrinfo)
+    monkeypatch.setattr(uvloop, "new_event_loop", uvloop.new_event_loop)
+    exec(CLUSTER_DNS, {})  # noqa: S102 -- the sitecustomize above, in this process
+    monkeypatch.setenv("SERVEBENCH_RESULTS_URI", str(tmp_path / "data"))
+    monkeypatch.setenv("SERVEBENCH_WORK_DIR", str(tmp_path / "runs"))
+    try:
+        yield api, kubeconfig, api.kubelet
+    finally:
+        api.kubelet.stop_all()
+
+
+def test_a_suspect_is_relaunched_as_new_pods_beside_its_reference(tmp_path, serving,
+                                                                 local_sweep):
+    """The same morning's relaunches on kubernetes: the units' pods were deleted as each was
+    done; the confirm's relaunches of a suspect and its reference are new pods on the
+    cluster, created ABBA (reference, suspect, suspect, reference), each measuring the
+    suspect's cell through its Service, each deleted when measured -- nothing left after."""
+    from servebench import pipeline
+    from servebench.bench.confirm import remeasure
+    from servebench.plan import Plan
+    from servebench.trends.confirm import Session, Suspect
+
+    api, kubeconfig, kubelet = serving
+    local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
+    llama = next(t for t in local["targets"] if t["stack"] == "llama_cpp")
+    data = local_sweep([{
+        "name": "adder-k8s", "stack": "llama_cpp", "baseline": "f16", "golden_sets": [],
+        "provision": {"kind": "kubernetes", "namespace": "bench", "kubeconfig": kubeconfig,
+                      "port": _free_port(), "cpu": "1", "memory": "2Gi",
+                      "health_timeout_s": 60},
+        "variants": [v for v in llama["variants"] if v["name"] in ("f16", "q8_0")],
+    }], input_tokens=32, output_tokens=8, num_requests=8, concurrency=2, name="k8s-held")
+    path = tmp_path / "k8s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run_id = "k8s-confirm"
+    plan = Plan.from_xcom(pipeline.plan_run(str(path)))
+    provisioned = pipeline.provision(plan, run_id)
+    [host] = plan.hosts()
+    summary = pipeline.bench_host(plan, host, provisioned, run_id)
+    assert all(u.get("ok") for u in summary["units"].values()), summary
+    pipeline.teardown_run(provisioned, run_id, plan)
+    assert len(kubelet.started) == 2 and not kubelet.procs  # each unit's pod, deleted
+    [workload] = plan.spec.workloads
+    [point] = plan.spec.load.points_for(workload)
+    suspect = Suspect(series_id="s", target="adder-k8s", stack="llama_cpp", variant="q8_0",
+                      workload=workload.name, load_point=point.label, metric="tpot_ms_p50",
+                      source="suspect", value=2.0, level=1.0, noise=0.1, start=0, night=0)
+    session = Session("adder-k8s", "q8_0", "f16", suspects=[suspect])
+    [cell] = session.cells
+    done = remeasure(plan, [session], run_id, get_settings(),
+                     launches=2)[("adder-k8s", "q8_0")]
+    assert done.failure is None
+    for side in (done.suspect, done.reference):  # each relaunch measured its cell
+        assert len(side[cell]) == 2 and all(row and row["tpot_ms_p50"] > 0
+                                             for row in side[cell]), side
+    # four new pods, ABBA, each deleted once measured; nothing of the run left
+    relaunched = kubelet.started[2:]
+    assert ["f16" if "-f16-" in name else "q8_0" for name in relaunched] == [
+        "f16", "q8_0", "q8_0", "f16"], relaunched
+    assert not kubelet.procs and not [k for k in api.objects if k[1] == "pods"]
+    assert pipeline.release_held(provisioned, run_id, plan) == []
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -289,9 +289,10 @@ def test_a_suspect_whose_move_began_at_a_recorded_change_nights_ago_is_dated_to_
                          "suite_git_sha": "abc", "sweep_hash": "h"})
     where = {"target": "t", "stack": "llama_cpp", "variant": "slow", "workload": "w",
              "load_point": "c1"}
+    slots = [4 if i < cut else 1 for i in range(n)]
     cells = pd.DataFrame([{**where, "run_id": f"r{i}", "engine_version": "b1",
-                           "launch_args": '["llama-server", "--parallel", "%d"]'
-                           % (4 if i < cut else 1)} for i in range(n)])
+                           "launch_args": f'["llama-server", "--parallel", "{slots[i]}"]'}
+                          for i in range(n)])
     ratio = suspect_nights(series, found, n)
     assert ratio[:cut] == pytest.approx(1.0, rel=0.05)
     assert ratio[cut:] == pytest.approx(0.75, rel=0.05)
