@@ -408,10 +408,10 @@ def test_a_suspect_is_relaunched_on_the_instance_its_units_held(aws, local_sweep
     instance after its units and the teardown spares it; the confirm's relaunches of a
     suspect and its reference run ABBA on that instance, found by tag, and release it once
     done -- nothing new launched, nothing left for the release after."""
+    from relaunched import relaunch_suspect
     from servebench import pipeline
     from servebench.bench.confirm import remeasure
     from servebench.plan import Plan
-    from servebench.trends.confirm import Session, Suspect
 
     ec2, hosts, *_ = aws
     run_id = "held-for-confirm"
@@ -422,20 +422,7 @@ def test_a_suspect_is_relaunched_on_the_instance_its_units_held(aws, local_sweep
         pipeline.bench_host(plan, host, provisioned, run_id)
         assert pipeline.teardown_run(provisioned, run_id, plan)["stopped"] == []
         [iid] = _live(ec2, run_id=run_id)  # kept past its units and the teardown
-        [workload] = plan.spec.workloads
-        [point] = plan.spec.load.points_for(workload)
-        suspect = Suspect(series_id="s", target="adder-gpu", stack="llama_cpp",
-                          variant="q8_0", workload=workload.name, load_point=point.label,
-                          metric="tpot_ms_p50", source="suspect", value=2.0, level=1.0,
-                          noise=0.1, start=0, night=0)
-        session = Session("adder-gpu", "q8_0", "f16", suspects=[suspect])
-        [cell] = session.cells
-        done = remeasure(plan, [session], run_id, get_settings(),
-                         launches=2)[("adder-gpu", "q8_0")]
-        assert done.failure is None
-        for side in (done.suspect, done.reference):  # each relaunch measured its cell
-            assert len(side[cell]) == 2 and all(row and row["tpot_ms_p50"] > 0
-                                                 for row in side[cell]), side
+        _, session = relaunch_suspect(plan, run_id, "adder-gpu", launches=2)
         # released once its relaunches were done; the run's only instance
         assert _live(ec2, run_id=run_id) == []
         assert [i["InstanceId"] for i in _instances(ec2, run_id=run_id)] == [iid]

@@ -418,10 +418,9 @@ def test_a_suspect_is_relaunched_as_new_pods_beside_its_reference(tmp_path, serv
     done; the confirm's relaunches of a suspect and its reference are new pods on the
     cluster, created ABBA (reference, suspect, suspect, reference), each measuring the
     suspect's cell through its Service, each deleted when measured -- nothing left after."""
+    from relaunched import relaunch_suspect
     from servebench import pipeline
-    from servebench.bench.confirm import remeasure
     from servebench.plan import Plan
-    from servebench.trends.confirm import Session, Suspect
 
     api, kubeconfig, kubelet = serving
     local = yaml.safe_load((PROJECT_ROOT / "include/sweeps/local.yaml").read_text())
@@ -443,19 +442,7 @@ def test_a_suspect_is_relaunched_as_new_pods_beside_its_reference(tmp_path, serv
     assert all(u.get("ok") for u in summary["units"].values()), summary
     pipeline.teardown_run(provisioned, run_id, plan)
     assert len(kubelet.started) == 2 and not kubelet.procs  # each unit's pod, deleted
-    [workload] = plan.spec.workloads
-    [point] = plan.spec.load.points_for(workload)
-    suspect = Suspect(series_id="s", target="adder-k8s", stack="llama_cpp", variant="q8_0",
-                      workload=workload.name, load_point=point.label, metric="tpot_ms_p50",
-                      source="suspect", value=2.0, level=1.0, noise=0.1, start=0, night=0)
-    session = Session("adder-k8s", "q8_0", "f16", suspects=[suspect])
-    [cell] = session.cells
-    done = remeasure(plan, [session], run_id, get_settings(),
-                     launches=2)[("adder-k8s", "q8_0")]
-    assert done.failure is None
-    for side in (done.suspect, done.reference):  # each relaunch measured its cell
-        assert len(side[cell]) == 2 and all(row and row["tpot_ms_p50"] > 0
-                                             for row in side[cell]), side
+    relaunch_suspect(plan, run_id, "adder-k8s", launches=2)
     # four new pods, ABBA, each deleted once measured; nothing of the run left
     relaunched = kubelet.started[2:]
     assert ["f16" if "-f16-" in name else "q8_0" for name in relaunched] == [
