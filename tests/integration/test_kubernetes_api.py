@@ -6,8 +6,9 @@ does not have. So a small HTTP server on loopback answers the endpoints the prov
 (create ConfigMap/Pod/Service, read the pod, list its events, list/delete by label) with the
 JSON a real cluster sends for each accident -- the pod status, conditions and events copied
 in shape from what the kubelet and scheduler write -- and the real ``kubernetes`` client reads
-it through a kubeconfig. The pods never serve: each test is a launch that cannot succeed, and
-must fail within a minute in the API's own words, with its objects deleted at teardown.
+it through a kubeconfig. Most tests are a launch that cannot succeed, and must fail within a
+minute in the API's own words, with its objects deleted at teardown; with a stand-in node
+(``Kubelet``) the pods serve, as this host's llama-server, for the same morning's relaunches.
 """
 
 from __future__ import annotations
