@@ -341,16 +341,17 @@ def suspect_nights(series: pd.DataFrame, suspect: Suspect, nights: int) -> np.nd
     """The suspect's series as it made it a suspect, one value a night (NaN: none): its own
     values, or for a suspect ``against`` a variant its ratio to that variant's series the
     same night -- what ``attribution.attribute`` reads for where its move began."""
-    values = np.full(nights, np.nan)
-    own = _history(series, suspect.series_id)
-    values[own.index.to_numpy(dtype=int)] = own.to_numpy()
+    def by_night(sid: str | None) -> np.ndarray:
+        out = np.full(nights, np.nan)
+        if sid is not None:
+            mine = _history(series, sid)
+            out[mine.index.to_numpy(dtype=int)] = mine.to_numpy()
+        return out
+
+    values = by_night(suspect.series_id)
     if suspect.against is None:
         return values
-    sid = reference_series_id(series, suspect, suspect.against)
-    ref = np.full(nights, np.nan)
-    if sid is not None:
-        theirs = _history(series, sid)
-        ref[theirs.index.to_numpy(dtype=int)] = theirs.to_numpy()
+    ref = by_night(reference_series_id(series, suspect, suspect.against))
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(ref > 0, values / ref, np.nan)
 
